@@ -1,0 +1,102 @@
+"""Shared fixtures: a real redis-server on a free port, flushed between tests."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+import redis
+
+import wurk
+from wurk.config import Config
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class RedisServer:
+    port: int
+    proc: subprocess.Popen[bytes]
+    workdir: str
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def client(self) -> redis.Redis:
+        return redis.Redis(host="127.0.0.1", port=self.port, decode_responses=True)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(10)
+
+
+def start_redis(*extra: str, port: int | None = None) -> RedisServer:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.fail("redis-server is not installed (apt-get install -y redis-server)")
+    port = port or free_port()
+    workdir = tempfile.mkdtemp(prefix="wurk-redis-")
+    proc = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+         "--appendonly", "no", "--dir", workdir, *extra],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    server = RedisServer(port, proc, workdir)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            if server.client().ping():
+                return server
+        except redis.ConnectionError:
+            time.sleep(0.02)
+    server.stop()
+    pytest.fail(f"redis-server did not start on port {port}")
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    server = start_redis()
+    yield server
+    server.stop()
+    shutil.rmtree(server.workdir, ignore_errors=True)
+
+
+@pytest.fixture
+def r(redis_server: RedisServer) -> Iterator[redis.Redis]:
+    """A plain redis-py client on the test server, flushed before each test."""
+    client = redis_server.client()
+    client.flushall()
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def config(redis_server: RedisServer, r: redis.Redis) -> Iterator[Config]:
+    """A wurk config pointing at the test server, installed as the default."""
+    cfg = Config(redis_url=redis_server.url, heartbeat_interval=0.2,
+                 poll_interval_average=0.1, fetch_timeout=0.2, shutdown_timeout=2.0,
+                 log_level="warning")
+    wurk.configure(cfg)
+    wurk.Client._default = None
+    yield cfg
+    cfg.reset_pool()
+
+
+@pytest.fixture(autouse=True)
+def _no_stray_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(os.environ):
+        if name.startswith("WURK_"):
+            monkeypatch.delenv(name)

@@ -1,0 +1,277 @@
+"""Configuration: one object built from defaults, a TOML file, the environment
+and keyword arguments, in that order of precedence (later wins).
+
+Duties:
+1. Hold every setting the runtime reads, with Sidekiq's defaults.
+2. Load the ``[wurk]`` table of a TOML file and ``REDIS_URL`` / ``WURK_*``
+   environment variables, coercing strings to the field's type.
+3. Validate, raising :class:`ConfigError` that names the source, the key and
+   the bad value.
+4. Own the process's Redis pool, built lazily so a forked child builds its own.
+
+Hooks (error, death, Redis error handlers and server middleware) are Python
+callables and so are set in code, never from TOML.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from wurk.middleware import ServerMiddleware
+    from wurk.redis_pool import RedisErrorHook, RedisPool
+
+DEFAULT_REDIS_URL = "redis://localhost:6379/0"
+
+ErrorHandler = Callable[[BaseException, Mapping[str, Any]], None]
+DeathHandler = Callable[[Mapping[str, Any], BaseException], None]
+
+
+class ConfigError(ValueError):
+    """A setting is missing, unknown or has a bad value; the message says which."""
+
+
+@dataclass
+class Config:
+    redis_url: str = field(default_factory=lambda: os.environ.get("REDIS_URL", DEFAULT_REDIS_URL))
+    concurrency: int = 10
+    queues: list[str] = field(default_factory=lambda: ["default"])
+    require: list[str] = field(default_factory=list)
+    shutdown_timeout: float = 25.0
+    tag: str = ""
+    labels: list[str] = field(default_factory=list)
+    # "float" writes epoch seconds with a fraction (every Sidekiq 6.4-8.1
+    # reads it); "ms" writes Sidekiq 8's integer milliseconds.
+    timestamps: str = "float"
+    max_retries: int = 25
+    dead_max_jobs: int = 10_000
+    dead_timeout: float = 180 * 24 * 3600.0
+    # Scheduler: the whole cluster polls about once per this many seconds.
+    average_scheduled_poll_interval: float = 5.0
+    # When set, every process polls about this often and skips the initial wait.
+    poll_interval_average: float | None = None
+    heartbeat_interval: float = 5.0
+    fetch_timeout: float = 2.0
+    redis_pool_size: int | None = None
+    redis_connect_timeout: float = 1.0
+    redis_read_timeout: float = 2.5
+    redis_retry_attempts: int = 4
+    redis_retry_base: float = 0.5
+    redis_retry_cap: float = 4.0
+    log_level: str = "info"
+    log_format: str = "auto"
+
+    error_handlers: list[ErrorHandler] = field(default_factory=list, repr=False)
+    death_handlers: list[DeathHandler] = field(default_factory=list, repr=False)
+    server_middleware: list[ServerMiddleware] = field(default_factory=list, repr=False)
+    on_redis_error: RedisErrorHook | None = field(default=None, repr=False)
+
+    _pool: RedisPool | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        validate(self, source="arguments")
+
+    # -- building ---------------------------------------------------------
+    @classmethod
+    def load(
+        cls,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        env: Mapping[str, str] | None = None,
+        **overrides: Any,
+    ) -> Config:
+        """Defaults, then the TOML file's ``[wurk]`` table, then env, then overrides."""
+        values: dict[str, Any] = {}
+        if path is not None:
+            values.update(read_toml_table(Path(path)))
+        values.update(from_env(os.environ if env is None else env))
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls.from_mapping(values, source=str(path) if path else "arguments")
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any], *, source: str) -> Config:
+        unknown = sorted(set(values) - settable_fields())
+        if unknown:
+            raise ConfigError(f"{source}: unknown key {unknown[0]!r}")
+        for name, value in values.items():
+            check_type(name, value, source)
+        config = cls.__new__(cls)
+        defaults = cls()
+        for f in dataclasses.fields(cls):
+            setattr(config, f.name, values.get(f.name, getattr(defaults, f.name)))
+        config._pool = None
+        validate(config, source=source)
+        return config
+
+    # -- derived ----------------------------------------------------------
+    @property
+    def pool_size(self) -> int:
+        # Every processor thread may hold a connection, plus the heartbeat,
+        # the scheduler and the application's own pushes.
+        return self.redis_pool_size or self.concurrency + 5
+
+    @property
+    def pool(self) -> RedisPool:
+        if self._pool is None:
+            from wurk.redis_pool import RedisPool
+
+            self._pool = RedisPool.from_config(self)
+        return self._pool
+
+    def reset_pool(self) -> None:
+        """Drop this process's pool; the next use builds a fresh one."""
+        if self._pool is not None:
+            self._pool.close()
+        self._pool = None
+
+
+# Fields a file or the environment may set; hooks are code-only.
+_CODE_ONLY = {"error_handlers", "death_handlers", "server_middleware", "on_redis_error", "_pool"}
+
+
+def settable_fields() -> set[str]:
+    return {f.name for f in dataclasses.fields(Config)} - _CODE_ONLY
+
+
+_TYPES: dict[str, tuple[type, ...]] = {
+    "redis_url": (str,),
+    "concurrency": (int,),
+    "queues": (list,),
+    "require": (list,),
+    "shutdown_timeout": (int, float),
+    "tag": (str,),
+    "labels": (list,),
+    "timestamps": (str,),
+    "max_retries": (int,),
+    "dead_max_jobs": (int,),
+    "dead_timeout": (int, float),
+    "average_scheduled_poll_interval": (int, float),
+    "poll_interval_average": (int, float, type(None)),
+    "heartbeat_interval": (int, float),
+    "fetch_timeout": (int, float),
+    "redis_pool_size": (int, type(None)),
+    "redis_connect_timeout": (int, float),
+    "redis_read_timeout": (int, float),
+    "redis_retry_attempts": (int,),
+    "redis_retry_base": (int, float),
+    "redis_retry_cap": (int, float),
+    "log_level": (str,),
+    "log_format": (str,),
+}
+
+
+def check_type(name: str, value: Any, source: str) -> None:
+    allowed = _TYPES[name]
+    # bool is an int subclass; "concurrency = true" is a mistake, not 1.
+    if isinstance(value, bool) or not isinstance(value, allowed):
+        wanted = " or ".join(t.__name__ for t in allowed)
+        raise ConfigError(f"{source}: {name} must be {wanted}, got {value!r}")
+    if isinstance(value, list) and not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{source}: {name} must be a list of strings, got {value!r}")
+
+
+def validate(config: Config, *, source: str) -> None:
+    def bad(key: str, why: str) -> ConfigError:
+        return ConfigError(f"{source}: {key} {why}, got {getattr(config, key)!r}")
+
+    if config.concurrency < 1:
+        raise bad("concurrency", "must be at least 1")
+    if not config.queues:
+        raise bad("queues", "must name at least one queue")
+    from wurk.queues import QueueSpecError, parse_queues
+
+    try:
+        parse_queues(config.queues)
+    except QueueSpecError as exc:
+        raise ConfigError(f"{source}: queues {exc}") from None
+    if config.timestamps not in ("float", "ms"):
+        raise bad("timestamps", 'must be "float" or "ms"')
+    if config.log_format not in ("auto", "json", "console"):
+        raise bad("log_format", 'must be "auto", "json" or "console"')
+    if config.log_level.lower() not in ("debug", "info", "warning", "error", "critical"):
+        raise bad("log_level", "must be debug, info, warning, error or critical")
+    for key in ("shutdown_timeout", "dead_timeout", "max_retries", "dead_max_jobs"):
+        if getattr(config, key) < 0:
+            raise bad(key, "must not be negative")
+    for key in ("heartbeat_interval", "fetch_timeout", "average_scheduled_poll_interval",
+                "redis_connect_timeout", "redis_read_timeout", "redis_retry_cap"):
+        if getattr(config, key) <= 0:
+            raise bad(key, "must be positive")
+    if config.poll_interval_average is not None and config.poll_interval_average <= 0:
+        raise bad("poll_interval_average", "must be positive")
+    if config.redis_retry_attempts < 1:
+        raise bad("redis_retry_attempts", "must be at least 1")
+    if config.redis_pool_size is not None and config.redis_pool_size < 1:
+        raise bad("redis_pool_size", "must be at least 1")
+    if not config.redis_url.startswith(("redis://", "rediss://", "unix://")):
+        raise bad("redis_url", "must start with redis://, rediss:// or unix://")
+
+
+def read_toml_table(path: Path) -> dict[str, Any]:
+    """The ``[wurk]`` table of a TOML file (a file with no such table gives {})."""
+    try:
+        with path.open("rb") as fh:
+            document = tomllib.load(fh)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    table = document.get("wurk", {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: wurk must be a table, got {table!r}")
+    return dict(table)
+
+
+def from_env(env: Mapping[str, str]) -> dict[str, Any]:
+    """``REDIS_URL`` and ``WURK_<FIELD>`` variables, coerced to each field's type."""
+    values: dict[str, Any] = {}
+    if env.get("REDIS_URL"):
+        values["redis_url"] = env["REDIS_URL"]
+    for name in settable_fields():
+        raw = env.get(f"WURK_{name.upper()}")
+        if raw is not None:
+            values[name] = coerce(name, raw)
+    return values
+
+
+def coerce(name: str, raw: str) -> Any:
+    allowed = _TYPES[name]
+    where = f"environment: WURK_{name.upper()}"
+    try:
+        if list in allowed:
+            return [part.strip() for part in raw.split(",") if part.strip()]
+        if int in allowed and float not in allowed:
+            return int(raw)
+        if float in allowed:
+            number = float(raw)
+            return int(number) if number.is_integer() and int in allowed else number
+    except ValueError:
+        wanted = " or ".join(t.__name__ for t in allowed if t is not type(None))
+        raise ConfigError(f"{where} must be {wanted}, got {raw!r}") from None
+    return raw
+
+
+_default: Config | None = None
+
+
+def default_config() -> Config:
+    """The process-wide config that ``@wurk.job`` helpers and ``Client()`` use."""
+    global _default  # noqa: PLW0603 - the one documented default instance
+    if _default is None:
+        _default = Config.load()
+    return _default
+
+
+def configure(config: Config | None = None, **overrides: Any) -> Config:
+    """Install the process-wide default config (built from overrides if not given)."""
+    global _default  # noqa: PLW0603
+    if _default is not None and _default is not config:
+        _default.reset_pool()
+    _default = config if config is not None else Config.load(**overrides)
+    return _default

@@ -1,0 +1,47 @@
+"""Every Redis key name wurk reads or writes, in one place.
+
+The names are Sidekiq's (see the wire-protocol spec) so that Ruby Sidekiq and
+its admin tools share state with us. Keys that only wurk uses carry a
+``wurk:`` prefix so they can never collide with Sidekiq Pro's own.
+"""
+
+from __future__ import annotations
+
+QUEUES = "queues"
+PROCESSES = "processes"
+SCHEDULE = "schedule"
+RETRY = "retry"
+DEAD = "dead"
+PAUSED = "paused"
+STAT_PROCESSED = "stat:processed"
+STAT_FAILED = "stat:failed"
+PROCESS_CLEANUP_LOCK = "process_cleanup"
+LEADER = "dear-leader"
+
+# Five years, as Sidekiq keeps its per-day counters.
+DAILY_STAT_TTL = 157_680_000
+# Heartbeat hashes and the signals list live a minute past the last beat.
+HEARTBEAT_TTL = 60
+
+
+def queue(name: str) -> str:
+    return f"queue:{name}"
+
+
+def daily_stat(stat: str, day: str) -> str:
+    """``stat:processed:2026-11-30``; ``day`` is a UTC ``YYYY-MM-DD``."""
+    return f"stat:{stat}:{day}"
+
+
+def work_6_4(identity: str) -> str:
+    """The in-flight jobs hash as Sidekiq 6.4 names it."""
+    return f"{identity}:workers"
+
+
+def work(identity: str) -> str:
+    """The in-flight jobs hash as Sidekiq 6.5 and later name it."""
+    return f"{identity}:work"
+
+
+def signals(identity: str) -> str:
+    return f"{identity}-signals"

@@ -1,0 +1,349 @@
+"""The Redis connection pool and its apply-safety policy.
+
+redis-py, left to itself, re-sends a command after a read timeout. For a job
+system that is a double push or a double-counted stat, so every connection
+here is built with redis-py's retries off and the pool decides, block by
+block, whether running the caller's block again is provably safe.
+
+Duties:
+1. Hand out connections (``with pool.conn(idempotent=...) as conn``) from a
+   bounded LIFO pool; a checkout that starves is retried once.
+2. Know when a failure happened: while dialing (nothing was sent), or after
+   a command may have reached Redis. :class:`Conn` dials before it sends and
+   counts completed round trips, so the pool can tell.
+3. Decide with :func:`retry_plan`, a pure function: replay after a dial
+   failure or on an idempotent block with backoff and jitter up to a cap;
+   one immediate reconnect-and-retry on READONLY/NOREPLICAS/UNBLOCKED; never
+   replay a non-idempotent block once one of its round trips completed.
+4. Report every retry, refusal and give-up to the ``on_redis_error`` hook.
+5. Forget every inherited socket in a forked child (``os.register_at_fork``).
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import random
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+import redis
+import redis.exceptions as rx
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+if TYPE_CHECKING:
+    from wurk.config import Config
+
+T = TypeVar("T")
+
+# Replies that mean the server we reached is not (or no longer) the primary.
+FAILOVER_PREFIXES = ("READONLY", "NOREPLICAS", "UNBLOCKED")
+
+
+class ConnectError(rx.ConnectionError):
+    """Raised while dialing or handshaking: no command of the block left us."""
+
+
+class PoolExhausted(rx.ConnectionError):
+    """No connection came free within the checkout timeout."""
+
+
+class RedisErrorHook(Protocol):
+    def __call__(self, error: BaseException, *, attempt: int, action: str) -> None: ...
+
+
+class ErrorKind(enum.Enum):
+    CONNECT = "connect"      # failed while dialing: provably unapplied
+    IO = "io"                # failed after sending: outcome unknown
+    FAILOVER = "failover"    # READONLY & co: the command was refused outright
+    OTHER = "other"          # a real error reply or a bug: not ours to retry
+
+
+class Plan(enum.Enum):
+    FAILOVER = "failover"    # reconnect and retry at once
+    BACKOFF = "backoff"      # reconnect after a pause and retry
+    UNSAFE = "unsafe"        # may have applied: report and raise
+    EXHAUSTED = "exhausted"  # replayable, but out of attempts: report and raise
+    PROPAGATE = "propagate"  # not transient: raise untouched
+
+
+def classify(error: BaseException) -> ErrorKind:
+    if isinstance(error, rx.AuthenticationError | rx.AuthorizationError):
+        return ErrorKind.OTHER
+    if isinstance(error, ConnectError):
+        return ErrorKind.CONNECT
+    if isinstance(error, rx.ResponseError):
+        failover = str(error).startswith(FAILOVER_PREFIXES) or isinstance(error, rx.ReadOnlyError)
+        return ErrorKind.FAILOVER if failover else ErrorKind.OTHER
+    if isinstance(error, rx.ConnectionError | rx.TimeoutError | OSError):
+        return ErrorKind.IO
+    return ErrorKind.OTHER
+
+
+def retry_plan(kind: ErrorKind, attempt: int, max_attempts: int, *,
+               idempotent: bool, dirty: bool) -> Plan:
+    """What to do after attempt number ``attempt`` (1-based) failed.
+
+    ``dirty`` means an earlier round trip of this block completed, so some
+    of its commands certainly applied.
+    """
+    if kind is ErrorKind.OTHER:
+        return Plan.PROPAGATE
+    replayable = idempotent or (not dirty and kind in (ErrorKind.CONNECT, ErrorKind.FAILOVER))
+    if not replayable:
+        return Plan.UNSAFE
+    if kind is ErrorKind.FAILOVER:
+        return Plan.FAILOVER if attempt == 1 else Plan.PROPAGATE
+    return Plan.BACKOFF if attempt < max_attempts else Plan.EXHAUSTED
+
+
+def backoff_delay(attempt: int, base: float, cap: float, rng: random.Random) -> float:
+    """Exponential from ``base``, capped, with up to 50% jitter to de-sync a fleet."""
+    delay = min(cap, base * (2 ** (attempt - 1)))
+    return delay + rng.random() * delay * 0.5
+
+
+class Conn:
+    """One checked-out connection. Dials before sending and counts round trips."""
+
+    def __init__(self, raw: redis.connection.AbstractConnection) -> None:
+        self.raw = raw
+        self.round_trips = 0
+        self.pid = os.getpid()
+
+    def _dial(self) -> None:
+        raw: Any = self.raw
+        if raw._sock is not None:
+            # A socket the server closed while it sat idle in the pool reads
+            # as EOF; find out now, while re-dialing is still provably safe.
+            try:
+                if not raw.can_read(0):
+                    return
+            except (rx.ConnectionError, OSError):
+                pass
+            raw.disconnect()
+        try:
+            raw.connect()
+        except (rx.AuthenticationError, rx.AuthorizationError):
+            raise
+        except (rx.RedisError, OSError) as exc:
+            raise ConnectError(f"cannot connect to Redis: {exc}") from exc
+
+    def call(self, *args: Any, timeout: float | None = None) -> Any:
+        """Send one command and return its reply (bytes, ints, lists)."""
+        self._dial()
+        self.raw.send_command(*args, check_health=False)
+        try:
+            reply = self.raw.read_response(timeout=timeout) if timeout else self.raw.read_response()
+        except rx.ResponseError:
+            self.round_trips += 1
+            raise
+        self.round_trips += 1
+        return reply
+
+    def pipeline(self, commands: Sequence[Sequence[Any]], *, transaction: bool = False,
+                 raise_on_error: bool = True) -> list[Any]:
+        """Send many commands in one write and read every reply: one round trip.
+
+        With ``transaction`` they are wrapped in MULTI/EXEC and the EXEC reply
+        is returned. Error replies are returned in place (or the first is
+        raised after every reply has been read, keeping the stream in step).
+        """
+        if not commands:
+            return []
+        self._dial()
+        wire = [("MULTI",), *commands, ("EXEC",)] if transaction else list(commands)
+        self.raw.send_packed_command(self.raw.pack_commands(wire), check_health=False)
+        replies: list[Any] = []
+        for _ in wire:
+            try:
+                replies.append(self.raw.read_response())
+            except rx.ResponseError as exc:
+                replies.append(exc)
+        self.round_trips += 1
+        if transaction:
+            replies = replies[-1] if isinstance(replies[-1], list) else [replies[-1]]
+        if raise_on_error:
+            for reply in replies:
+                if isinstance(reply, rx.ResponseError):
+                    raise reply
+        return replies
+
+    def close(self) -> None:
+        self.raw.disconnect()
+
+
+def _report_default(error: BaseException, *, attempt: int, action: str) -> None:
+    from wurk.logging import get_logger
+
+    get_logger("wurk.redis").warning(
+        "redis.error", action=action, attempt=attempt, error=f"{type(error).__name__}: {error}"
+    )
+
+
+@dataclass(frozen=True)
+class RetrySettings:
+    max_attempts: int = 4
+    base: float = 0.5
+    cap: float = 4.0
+    checkout_timeout: float = 5.0
+
+
+_live_pools: weakref.WeakSet[RedisPool] = weakref.WeakSet()
+
+
+class RedisPool:
+    """A bounded pool of :class:`Conn` with the apply-safety policy on top."""
+
+    def __init__(self, url: str, *, size: int = 10, connect_timeout: float = 1.0,
+                 read_timeout: float = 2.5, retry: RetrySettings | None = None,
+                 on_error: RedisErrorHook | None = None,
+                 sleep: Callable[[float], None] = time.sleep,
+                 rng: random.Random | None = None) -> None:
+        self.url = url
+        self.size = size
+        self.retry = retry or RetrySettings()
+        self.on_error = on_error or _report_default
+        self._sleep = sleep
+        self._rng = rng or random.Random()
+        # redis-py parses the URL (auth, db, rediss:// TLS, unix sockets);
+        # we keep its connection class and kwargs and own the pooling.
+        template = redis.ConnectionPool.from_url(
+            url, socket_connect_timeout=connect_timeout, socket_timeout=read_timeout,
+            retry=Retry(NoBackoff(), 0), retry_on_timeout=False, health_check_interval=0,
+        )
+        self._conn_class = template.connection_class
+        self._conn_kwargs = template.connection_kwargs
+        self._reset_state()
+        _live_pools.add(self)
+
+    @classmethod
+    def from_config(cls, config: Config) -> RedisPool:
+        return cls(
+            config.redis_url, size=config.pool_size,
+            connect_timeout=config.redis_connect_timeout,
+            read_timeout=config.redis_read_timeout,
+            retry=RetrySettings(config.redis_retry_attempts, config.redis_retry_base,
+                                config.redis_retry_cap),
+            on_error=config.on_redis_error,
+        )
+
+    def _reset_state(self) -> None:
+        self._idle: list[Conn] = []
+        self._created = 0
+        self._cond = threading.Condition(threading.Lock())
+
+    # -- checkout -------------------------------------------------------
+    def _checkout(self) -> Conn:
+        deadline = time.monotonic() + self.retry.checkout_timeout
+        with self._cond:
+            while not self._idle and self._created >= self.size:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise PoolExhausted(f"no Redis connection free in {self.size}-slot pool")
+                self._cond.wait(remaining)
+            if self._idle:
+                return self._idle.pop()
+            self._created += 1
+        return Conn(self._conn_class(**self._conn_kwargs))
+
+    def _checkin(self, conn: Conn) -> None:
+        if conn.pid != os.getpid():
+            return  # a connection from before the fork: never reuse it
+        with self._cond:
+            self._idle.append(conn)
+            self._cond.notify()
+
+    def _checkout_with_retry(self) -> Conn:
+        try:
+            return self._checkout()
+        except PoolExhausted as exc:
+            self.on_error(exc, attempt=1, action="retry")
+            self._sleep(0.05 + self._rng.random() * 0.05)
+        try:
+            return self._checkout()
+        except PoolExhausted as exc:
+            self.on_error(exc, attempt=2, action="give_up")
+            raise
+
+    @contextmanager
+    def conn(self) -> Iterator[Conn]:
+        """A bare checkout with no replay: for callers that handle errors themselves."""
+        conn = self._checkout_with_retry()
+        try:
+            yield conn
+        except BaseException:
+            conn.close()
+            raise
+        finally:
+            self._checkin(conn)
+
+    # -- running blocks ---------------------------------------------------
+    def run(self, block: Callable[[Conn], T], *, idempotent: bool = False) -> T:
+        """Run ``block(conn)``, replaying it only where :func:`retry_plan` allows."""
+        conn = self._checkout_with_retry()
+        try:
+            return self._run_on(conn, block, idempotent)
+        finally:
+            self._checkin(conn)
+
+    def _run_on(self, conn: Conn, block: Callable[[Conn], T], idempotent: bool) -> T:
+        attempt = 0
+        while True:
+            attempt += 1
+            odometer = conn.round_trips
+            try:
+                return block(conn)
+            except Exception as exc:
+                kind = classify(exc)
+                if kind is not ErrorKind.OTHER:
+                    conn.close()
+                plan = retry_plan(kind, attempt, self.retry.max_attempts,
+                                  idempotent=idempotent, dirty=conn.round_trips != odometer)
+                if plan is Plan.PROPAGATE:
+                    raise
+                replay = plan in (Plan.FAILOVER, Plan.BACKOFF)
+                self.on_error(exc, attempt=attempt, action="retry" if replay else plan.value)
+                if not replay:
+                    raise
+                if plan is Plan.BACKOFF:
+                    self._sleep(backoff_delay(attempt, self.retry.base, self.retry.cap,
+                                              self._rng))
+
+    def call(self, *args: Any, idempotent: bool = False) -> Any:
+        return self.run(lambda c: c.call(*args), idempotent=idempotent)
+
+    def pipeline(self, commands: Sequence[Sequence[Any]], *, transaction: bool = False,
+                 idempotent: bool = False) -> list[Any]:
+        return self.run(lambda c: c.pipeline(commands, transaction=transaction),
+                        idempotent=idempotent)
+
+    # -- lifecycle --------------------------------------------------------
+    def close(self) -> None:
+        with self._cond:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
+    def after_fork_in_child(self) -> None:
+        """Abandon the parent's sockets: close our copies, never shut them down."""
+        for conn in self._idle:
+            # redis-py only calls shutdown() in the pid that opened the socket,
+            # so this closes the child's descriptor and leaves the parent's
+            # connection intact.
+            conn.close()
+        self._reset_state()
+
+
+def _reset_pools_after_fork() -> None:
+    for pool in list(_live_pools):
+        pool.after_fork_in_child()
+
+
+os.register_at_fork(after_in_child=_reset_pools_after_fork)
