@@ -8,8 +8,7 @@ from wurk.client import Client
 from wurk.config import Config, ConfigError, configure, default_config
 from wurk.job import Job, JobFunction, UnknownJobError, job, registry
 from wurk.payload import ArgumentError
-
-__version__ = "0.1.0"
+from wurk.version import __version__
 
 __all__ = [
     "ArgumentError",

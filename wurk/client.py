@@ -97,7 +97,8 @@ class Client:
         return jids
 
     # -- building payloads ----------------------------------------------
-    def _normalise(self, item: Mapping[str, Any], now: float) -> tuple[dict[str, Any], float | None]:
+    def _normalise(self, item: Mapping[str, Any],
+                   now: float) -> tuple[dict[str, Any], float | None]:
         cls = item.get("class")
         if not isinstance(cls, str) or not cls:
             raise TypeError(f"job 'class' must be a non-empty string, got {cls!r}")

@@ -23,9 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from wurk.queues import QueueSpecError, parse_queues
+from wurk.redis_pool import RedisErrorHook, RedisPool
+
 if TYPE_CHECKING:
     from wurk.middleware import ServerMiddleware
-    from wurk.redis_pool import RedisErrorHook, RedisPool
 
 DEFAULT_REDIS_URL = "redis://localhost:6379/0"
 
@@ -119,8 +121,6 @@ class Config:
     @property
     def pool(self) -> RedisPool:
         if self._pool is None:
-            from wurk.redis_pool import RedisPool
-
             self._pool = RedisPool.from_config(self)
         return self._pool
 
@@ -176,41 +176,44 @@ def check_type(name: str, value: Any, source: str) -> None:
         raise ConfigError(f"{source}: {name} must be a list of strings, got {value!r}")
 
 
+_CHOICES = {
+    "timestamps": ("float", "ms"),
+    "log_format": ("auto", "json", "console"),
+    "log_level": ("debug", "info", "warning", "error", "critical"),
+}
+_AT_LEAST_ONE = ("concurrency", "redis_retry_attempts", "redis_pool_size")
+_NON_NEGATIVE = ("shutdown_timeout", "dead_timeout", "max_retries", "dead_max_jobs")
+_POSITIVE = ("heartbeat_interval", "fetch_timeout", "average_scheduled_poll_interval",
+             "poll_interval_average", "redis_connect_timeout", "redis_read_timeout",
+             "redis_retry_cap")
+_URL_SCHEMES = ("redis://", "rediss://", "unix://")
+
+
 def validate(config: Config, *, source: str) -> None:
-    def bad(key: str, why: str) -> ConfigError:
-        return ConfigError(f"{source}: {key} {why}, got {getattr(config, key)!r}")
-
-    if config.concurrency < 1:
-        raise bad("concurrency", "must be at least 1")
-    if not config.queues:
-        raise bad("queues", "must name at least one queue")
-    from wurk.queues import QueueSpecError, parse_queues
-
+    """Raise ConfigError naming the first bad setting; None-valued optionals pass."""
+    for key, why in _problems(config):
+        raise ConfigError(f"{source}: {key} {why}, got {getattr(config, key)!r}")
     try:
         parse_queues(config.queues)
     except QueueSpecError as exc:
         raise ConfigError(f"{source}: queues {exc}") from None
-    if config.timestamps not in ("float", "ms"):
-        raise bad("timestamps", 'must be "float" or "ms"')
-    if config.log_format not in ("auto", "json", "console"):
-        raise bad("log_format", 'must be "auto", "json" or "console"')
-    if config.log_level.lower() not in ("debug", "info", "warning", "error", "critical"):
-        raise bad("log_level", "must be debug, info, warning, error or critical")
-    for key in ("shutdown_timeout", "dead_timeout", "max_retries", "dead_max_jobs"):
-        if getattr(config, key) < 0:
-            raise bad(key, "must not be negative")
-    for key in ("heartbeat_interval", "fetch_timeout", "average_scheduled_poll_interval",
-                "redis_connect_timeout", "redis_read_timeout", "redis_retry_cap"):
-        if getattr(config, key) <= 0:
-            raise bad(key, "must be positive")
-    if config.poll_interval_average is not None and config.poll_interval_average <= 0:
-        raise bad("poll_interval_average", "must be positive")
-    if config.redis_retry_attempts < 1:
-        raise bad("redis_retry_attempts", "must be at least 1")
-    if config.redis_pool_size is not None and config.redis_pool_size < 1:
-        raise bad("redis_pool_size", "must be at least 1")
-    if not config.redis_url.startswith(("redis://", "rediss://", "unix://")):
-        raise bad("redis_url", "must start with redis://, rediss:// or unix://")
+
+
+def _problems(config: Config) -> list[tuple[str, str]]:
+    def value(key: str) -> Any:
+        return getattr(config, key)
+
+    found = [(k, f"must be one of {', '.join(v)}") for k, v in _CHOICES.items()
+             if str(value(k)).lower() not in v]
+    found += [(k, "must be at least 1") for k in _AT_LEAST_ONE
+              if value(k) is not None and value(k) < 1]
+    found += [(k, "must not be negative") for k in _NON_NEGATIVE if value(k) < 0]
+    found += [(k, "must be positive") for k in _POSITIVE if value(k) is not None and value(k) <= 0]
+    if not config.queues:
+        found.append(("queues", "must name at least one queue"))
+    if not config.redis_url.startswith(_URL_SCHEMES):
+        found.append(("redis_url", f"must start with {', '.join(_URL_SCHEMES)}"))
+    return found
 
 
 def read_toml_table(path: Path) -> dict[str, Any]:

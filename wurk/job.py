@@ -15,10 +15,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, ParamSpec, TypeVar
+from typing import Any, ClassVar, Generic, ParamSpec, TypeVar
 
-if TYPE_CHECKING:
-    from wurk.client import Client
+from wurk.client import Client
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -31,6 +30,13 @@ Exhausted = Callable[[Mapping[str, Any], BaseException], None]
 
 class UnknownJobError(LookupError):
     """A payload names a class that no registered job answers to."""
+
+    @classmethod
+    def for_name(cls, name: str) -> UnknownJobError:
+        return cls(
+            f"no job is registered as {name!r}; register it with @wurk.job(name=...) "
+            "or list its module in require"
+        )
 
 
 class DuplicateJobError(ValueError):
@@ -112,10 +118,7 @@ class Registry:
         try:
             return self._jobs[name]
         except KeyError:
-            raise UnknownJobError(
-                f"no job is registered as {name!r}; register it with @wurk.job(name=...) "
-                "or list its module in require"
-            ) from None
+            raise UnknownJobError.for_name(name) from None
 
     def find(self, name: str) -> Registered | None:
         return self._jobs.get(name)
@@ -142,8 +145,6 @@ class Enqueuer:
     def _target(self) -> Client:
         if self._client is not None:
             return self._client
-        from wurk.client import Client
-
         return Client.default()
 
     def set(self, *, client: Client | None = None, **options: Any) -> Enqueuer:

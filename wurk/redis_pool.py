@@ -37,6 +37,8 @@ import redis.exceptions as rx
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from wurk.logging import get_logger
+
 if TYPE_CHECKING:
     from wurk.config import Config
 
@@ -99,20 +101,20 @@ def retry_plan(kind: ErrorKind, attempt: int, max_attempts: int, *,
     if not replayable:
         return Plan.UNSAFE
     if kind is ErrorKind.FAILOVER:
-        return Plan.FAILOVER if attempt == 1 else Plan.PROPAGATE
+        return Plan.FAILOVER if attempt == 1 else Plan.EXHAUSTED
     return Plan.BACKOFF if attempt < max_attempts else Plan.EXHAUSTED
 
 
 def backoff_delay(attempt: int, base: float, cap: float, rng: random.Random) -> float:
     """Exponential from ``base``, capped, with up to 50% jitter to de-sync a fleet."""
-    delay = min(cap, base * (2 ** (attempt - 1)))
+    delay: float = min(cap, base * (2 ** (attempt - 1)))
     return delay + rng.random() * delay * 0.5
 
 
 class Conn:
     """One checked-out connection. Dials before sending and counts round trips."""
 
-    def __init__(self, raw: redis.connection.AbstractConnection) -> None:
+    def __init__(self, raw: Any) -> None:
         self.raw = raw
         self.round_trips = 0
         self.pid = os.getpid()
@@ -141,8 +143,10 @@ class Conn:
         self.raw.send_command(*args, check_health=False)
         try:
             reply = self.raw.read_response(timeout=timeout) if timeout else self.raw.read_response()
-        except rx.ResponseError:
-            self.round_trips += 1
+        except rx.ResponseError as exc:
+            # A READONLY-style refusal applied nothing: it leaves the block clean.
+            if classify(exc) is not ErrorKind.FAILOVER:
+                self.round_trips += 1
             raise
         self.round_trips += 1
         return reply
@@ -180,8 +184,6 @@ class Conn:
 
 
 def _report_default(error: BaseException, *, attempt: int, action: str) -> None:
-    from wurk.logging import get_logger
-
     get_logger("wurk.redis").warning(
         "redis.error", action=action, attempt=attempt, error=f"{type(error).__name__}: {error}"
     )
@@ -290,6 +292,10 @@ class RedisPool:
         conn = self._checkout_with_retry()
         try:
             return self._run_on(conn, block, idempotent)
+        except BaseException as exc:
+            if not isinstance(exc, Exception):
+                conn.close()  # interrupted mid-command: the stream may be out of step
+            raise
         finally:
             self._checkin(conn)
 

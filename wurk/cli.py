@@ -1,0 +1,140 @@
+"""The ``wurk`` command: ``wurk run`` starts one worker process.
+
+``wurk run -r myapp.jobs -q critical:3 -q default -c 10``
+
+Signals (as Sidekiq): TERM or INT stop (drain within shutdown_timeout, push
+unfinished jobs back, exit 0); TSTP quiets (stop fetching, finish running
+jobs); TTIN logs every thread's stack. The main thread only reads signal
+numbers from a wakeup pipe; the work happens outside the handler.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import importlib.util
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+
+from wurk import logging as wlog
+from wurk.config import Config, ConfigError, configure
+from wurk.launcher import Launcher, dump_threads
+
+EX_USAGE = 64
+EX_SOFTWARE = 70
+EX_CONFIG = 78
+
+HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGTSTP, signal.SIGTTIN)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="wurk", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run a worker process")
+    run.add_argument("-r", "--require", action="append", default=[],
+                     help="module (or .py file) that defines jobs; repeatable")
+    run.add_argument("-q", "--queue", action="append", default=[],
+                     help="queue to poll, NAME or NAME:WEIGHT; repeatable, in priority order")
+    run.add_argument("-c", "--concurrency", type=int, help="worker threads (default 10)")
+    run.add_argument("-t", "--timeout", type=float, help="shutdown timeout in seconds")
+    run.add_argument("-g", "--tag", help="a tag shown in the process list")
+    run.add_argument("-C", "--config", help="TOML file with a [wurk] table")
+    run.add_argument("--log-level", help="debug, info, warning, error")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        config = Config.load(
+            args.config, require=args.require or None, queues=args.queue or None,
+            concurrency=args.concurrency, shutdown_timeout=args.timeout, tag=args.tag,
+            log_level=args.log_level,
+        )
+    except ConfigError as exc:
+        print(f"wurk: {exc}", file=sys.stderr)
+        return EX_CONFIG
+    configure(config)
+    wlog.setup(config.log_level, config.log_format)
+    try:
+        load_modules(config.require)
+    except ImportError as exc:
+        print(f"wurk: cannot load jobs: {exc}", file=sys.stderr)
+        return EX_CONFIG
+    return run_worker(config)
+
+
+def load_modules(names: Sequence[str]) -> list[ModuleType]:
+    """Import each job module, by dotted name or by .py path, from the current directory."""
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    modules = []
+    for name in names:
+        try:
+            modules.append(_import_one(name))
+        except ImportError:
+            raise
+        except Exception as exc:
+            raise ImportError(f"{name}: {type(exc).__name__}: {exc}") from exc
+    return modules
+
+
+def _import_one(name: str) -> ModuleType:
+    if not name.endswith(".py"):
+        return importlib.import_module(name)
+    path = Path(name).resolve()
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    if spec is None or spec.loader is None or not path.exists():
+        raise ImportError(f"{name}: no such file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_worker(config: Config) -> int:
+    reader, writer = socket.socketpair()
+    reader.setblocking(True)
+    writer.setblocking(False)
+    previous_fd = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+    for signum in HANDLED_SIGNALS:
+        # The handler does nothing: the wakeup fd already carries the number.
+        signal.signal(signum, lambda *_: None)
+
+    def request_stop() -> None:
+        with contextlib.suppress(OSError):
+            writer.send(bytes([signal.SIGTERM]))
+
+    launcher = Launcher(config, on_stop_request=request_stop)
+    try:
+        launcher.start()
+    except Exception as exc:  # noqa: BLE001 - report a boot failure plainly
+        wlog.get_logger("wurk.cli").error("boot.failed", error=f"{type(exc).__name__}: {exc}")
+        launcher.stop(time.monotonic())
+        return EX_SOFTWARE
+    try:
+        while True:
+            for number in reader.recv(64):
+                signum = signal.Signals(number)
+                if signum in {signal.SIGTERM, signal.SIGINT}:
+                    launcher.stop()
+                    return 0
+                if signum == signal.SIGTSTP:
+                    launcher.quiet()
+                elif signum == signal.SIGTTIN:
+                    dump_threads()
+    finally:
+        signal.set_wakeup_fd(previous_fd)
+        reader.close()
+        writer.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

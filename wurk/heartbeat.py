@@ -1,0 +1,158 @@
+"""The heartbeat: how Sidekiq's API and Web UI see this process.
+
+Duties, every ``heartbeat_interval`` seconds (and once at start):
+1. Flush processed/failed counts to ``stat:*`` and the per-day keys.
+2. Publish the in-flight jobs hash under both names Sidekiq reads
+   (``<id>:workers`` for 6.4, ``<id>:work`` for 6.5+), with a 60 s TTL.
+3. Measure a PING round trip, then in one transaction register in
+   ``processes``, write the identity hash (info, busy, beat, quiet, rss,
+   rtt_us, concurrency) and pop one remote signal.
+4. Deliver that signal (TSTP quiet, TERM stop, TTIN dump threads) to the
+   launcher's callback.
+5. At stop: flush the last counts, leave ``processes`` and delete the work
+   hashes, letting the identity hash expire on its own as Sidekiq does.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import psutil
+
+from wurk import keys
+from wurk.logging import get_logger
+from wurk.payload import dumps
+from wurk.redis_pool import ConnectError
+from wurk.version import __version__
+
+if TYPE_CHECKING:
+    from wurk.config import Config
+    from wurk.manager import Counters, InFlightTable
+    from wurk.queues import QueuePlan
+
+log = get_logger("wurk.heartbeat")
+REMOTE_SIGNALS = ("TSTP", "TERM", "TTIN")
+
+
+def make_identity(hostname: str | None = None, pid: int | None = None) -> str:
+    host = hostname or os.environ.get("DYNO") or socket.gethostname()
+    return f"{host}:{pid or os.getpid()}:{secrets.token_hex(6)}"
+
+
+def stats_commands(processed: int, failed: int, day: str) -> list[tuple[Any, ...]]:
+    commands: list[tuple[Any, ...]] = []
+    for name, count in (("processed", processed), ("failed", failed)):
+        daily = keys.daily_stat(name, day)
+        commands += [("INCRBY", f"stat:{name}", count), ("INCRBY", daily, count),
+                     ("EXPIRE", daily, keys.DAILY_STAT_TTL)]
+    return commands
+
+
+class Heartbeat:
+    def __init__(self, config: Config, plan: QueuePlan, *, counters: Counters,
+                 in_flight: InFlightTable, on_signal: Callable[[str], None],
+                 extra_info: dict[str, Any] | None = None) -> None:
+        self.config = config
+        self.counters = counters
+        self.in_flight = in_flight
+        self.on_signal = on_signal
+        self.identity = make_identity()
+        self.quiet = False
+        self.info = self._info(plan, extra_info or {})
+        self._info_json = dumps(self.info)
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._process = psutil.Process()
+
+    def _info(self, plan: QueuePlan, extra: dict[str, Any]) -> dict[str, Any]:
+        hostname, pid, _ = self.identity.rsplit(":", 2)
+        weights = plan.weights()
+        return {
+            "hostname": hostname, "started_at": time.time(), "pid": int(pid),
+            "tag": self.config.tag, "concurrency": self.config.concurrency,
+            "queues": list(plan.names), "weights": [weights], "labels": self.config.labels,
+            "identity": self.identity, "version": __version__, "embedded": False,
+            "capsules": {"default": {"concurrency": self.config.concurrency,
+                                     "mode": "strict" if plan.strict else "weighted",
+                                     "weights": weights}},
+            **extra,
+        }
+
+    def start(self) -> None:
+        self.beat()
+        self._thread = threading.Thread(target=self._loop, name="wurk-heartbeat", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._done.wait(self.config.heartbeat_interval):
+            try:
+                self.beat()
+            except Exception as exc:  # noqa: BLE001 - a missed beat is retried next time
+                log.error("heartbeat.error", error=f"{type(exc).__name__}: {exc}")
+
+    def beat(self) -> None:
+        self.flush()
+        started = time.perf_counter()
+        self.config.pool.call("PING", idempotent=True)
+        rtt_us = int((time.perf_counter() - started) * 1_000_000)
+        pool = self.config.pool
+        replies = pool.pipeline([
+            ("SADD", keys.PROCESSES, self.identity),
+            ("HSET", self.identity, "info", self._info_json, "busy", self.in_flight.busy(),
+             "beat", repr(time.time()), "quiet", "true" if self.quiet else "false",
+             "rss", self._process.memory_info().rss // 1024, "rtt_us", rtt_us,
+             "concurrency", self.config.concurrency),
+            ("EXPIRE", self.identity, keys.HEARTBEAT_TTL),
+            ("RPOP", keys.signals(self.identity)),
+        ], transaction=True, idempotent=False)
+        if replies[-1] is not None:
+            self._deliver(replies[-1].decode())
+
+    def flush(self) -> None:
+        """Counts and in-flight jobs, in one transaction; counts survive a failed dial."""
+        processed, failed = self.counters.take()
+        day = datetime.now(UTC).strftime("%Y-%m-%d")
+        commands = stats_commands(processed, failed, day)
+        work = self.in_flight.work_hash()
+        for key in (keys.work_6_4(self.identity), keys.work(self.identity)):
+            commands.append(("UNLINK", key))
+            if work:
+                fields = [x for pair in work.items() for x in pair]
+                commands += [("HSET", key, *fields), ("EXPIRE", key, keys.HEARTBEAT_TTL)]
+        try:
+            self.config.pool.pipeline(commands, transaction=True)
+        except ConnectError:
+            self.counters.give_back(processed, failed)
+            raise
+        except Exception:
+            # Sent but unconfirmed: adding the counts back could count them
+            # twice, so they are dropped and the loss is logged.
+            log.error("heartbeat.stats_lost", processed=processed, failed=failed)
+            raise
+
+    def _deliver(self, name: str) -> None:
+        if name not in REMOTE_SIGNALS:
+            log.warning("heartbeat.unknown_signal", signal=name)
+            return
+        log.info("heartbeat.signal", signal=name)
+        self.on_signal(name)
+
+    def stop(self) -> None:
+        self._done.set()
+        if self._thread is not None:
+            self._thread.join(5.0)
+        try:
+            self.flush()
+            self.config.pool.pipeline([
+                ("SREM", keys.PROCESSES, self.identity),
+                ("UNLINK", keys.work_6_4(self.identity), keys.work(self.identity)),
+            ], idempotent=True)
+        except Exception as exc:  # noqa: BLE001 - Redis may be gone at exit
+            log.error("heartbeat.goodbye_failed", error=f"{type(exc).__name__}: {exc}")

@@ -1,0 +1,99 @@
+"""The launcher: starts and stops one worker process's parts, in order.
+
+Duties:
+1. ``start``: heartbeat first (so the process is visible before it takes
+   work), then the processor threads, then the scheduler poller.
+2. ``quiet``: stop fetching and stop the poller; running jobs carry on.
+3. ``stop(deadline)``: quiet, let running jobs finish until the monotonic
+   deadline, push the unfinished back to their queues, then say goodbye in
+   the heartbeat (flush stats, leave ``processes``).
+4. Route remote signals from the heartbeat: TSTP quiets, TERM asks the
+   owner to stop (via ``on_stop_request``), TTIN dumps thread stacks.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from wurk.heartbeat import Heartbeat
+from wurk.job import Registry, registry
+from wurk.logging import get_logger
+from wurk.manager import Manager
+from wurk.queues import parse_queues
+from wurk.scheduled import Poller
+
+if TYPE_CHECKING:
+    from wurk.config import Config
+
+log = get_logger("wurk.launcher")
+
+
+class Launcher:
+    def __init__(self, config: Config, *, jobs: Registry | None = None,
+                 on_stop_request: Callable[[], None] | None = None,
+                 extra_info: dict[str, Any] | None = None) -> None:
+        self.config = config
+        plan = parse_queues(config.queues)
+        self.manager = Manager(config, plan, jobs or registry)
+        self.poller = Poller(config)
+        self.heartbeat = Heartbeat(config, plan, counters=self.manager.counters,
+                                   in_flight=self.manager.in_flight,
+                                   on_signal=self._remote_signal, extra_info=extra_info)
+        self.on_stop_request = on_stop_request
+        self.stopped = threading.Event()
+
+    @property
+    def identity(self) -> str:
+        return self.heartbeat.identity
+
+    def start(self) -> None:
+        self.heartbeat.start()
+        self.manager.start()
+        self.poller.start()
+        log.info("launcher.started", identity=self.identity, queues=self.config.queues,
+                 concurrency=self.config.concurrency)
+
+    def quiet(self) -> None:
+        if not self.heartbeat.quiet:
+            log.info("launcher.quiet", identity=self.identity)
+        self.heartbeat.quiet = True
+        self.manager.quiet()
+        self.poller.stop()
+
+    def stop(self, deadline: float | None = None) -> int:
+        """Drain until ``deadline`` (default: now + shutdown_timeout); returns jobs requeued."""
+        if deadline is None:
+            deadline = time.monotonic() + self.config.shutdown_timeout
+        log.info("launcher.stopping", identity=self.identity,
+                 timeout=round(max(0.0, deadline - time.monotonic()), 3))
+        self.quiet()
+        requeued = self.manager.stop(deadline)
+        self.heartbeat.stop()
+        self.stopped.set()
+        log.info("launcher.stopped", identity=self.identity, requeued=requeued)
+        return requeued
+
+    def _remote_signal(self, name: str) -> None:
+        if name == "TSTP":
+            self.quiet()
+        elif name == "TERM":
+            if self.on_stop_request is not None:
+                self.on_stop_request()
+            else:
+                threading.Thread(target=self.stop, name="wurk-remote-stop", daemon=True).start()
+        elif name == "TTIN":
+            dump_threads()
+
+
+def dump_threads() -> None:
+    """Log every thread's stack, as Sidekiq does on TTIN."""
+    frames = sys._current_frames()
+    for thread in threading.enumerate():
+        frame = frames.get(thread.ident or -1)
+        stack = "".join(traceback.format_stack(frame)) if frame else "(no frame)"
+        log.warning("thread.dump", thread=thread.name, stack=stack)

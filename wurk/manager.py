@@ -1,0 +1,180 @@
+"""The manager: a process's pool of processor threads and what they hold.
+
+Duties:
+1. Start ``concurrency`` processor threads that fetch and process until quiet.
+2. Keep the in-flight table (which slot runs which job since when) that the
+   heartbeat publishes and a hard stop requeues from.
+3. Count processed and failed executions between heartbeats.
+4. ``quiet`` stops fetching; ``stop(deadline)`` waits for running jobs until
+   the deadline, then pushes whatever is still running back to its queue in
+   one pipeline and marks those slots so their late outcome is dropped.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from wurk.fetch import BasicFetch, UnitOfWork
+from wurk.logging import get_logger
+from wurk.payload import dumps
+from wurk.processor import Processor
+
+if TYPE_CHECKING:
+    from wurk.config import Config
+    from wurk.job import Registry
+    from wurk.queues import QueuePlan
+
+log = get_logger("wurk.manager")
+FETCH_ERROR_PAUSE = 1.0
+
+
+class Counters:
+    """Processed/failed executions since the last heartbeat took them."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.processed = 0
+        self.failed = 0
+
+    def record(self, *, failed: bool) -> None:
+        with self._lock:
+            self.processed += 1
+            if failed:
+                self.failed += 1
+
+    def take(self) -> tuple[int, int]:
+        with self._lock:
+            taken = (self.processed, self.failed)
+            self.processed = self.failed = 0
+        return taken
+
+    def give_back(self, processed: int, failed: int) -> None:
+        with self._lock:
+            self.processed += processed
+            self.failed += failed
+
+
+@dataclass
+class Running:
+    work: UnitOfWork
+    job: dict[str, Any]
+    run_at: float = field(default_factory=time.time)
+    abandoned: bool = False
+
+
+class InFlightTable:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._slots: dict[str, Running] = {}
+        self._closed = False
+
+    def begin(self, slot: str, work: UnitOfWork, job: dict[str, Any]) -> bool:
+        """Record a job as running; False once a hard stop closed the table."""
+        with self._lock:
+            if self._closed:
+                return False
+            self._slots[slot] = Running(work, job)
+            return True
+
+    def finish(self, slot: str) -> bool:
+        """Clear the slot; True if a hard stop already requeued its job."""
+        with self._lock:
+            running = self._slots.pop(slot, None)
+        return running is not None and running.abandoned
+
+    def busy(self) -> int:
+        return len(self._slots)
+
+    def abandon_all(self) -> list[UnitOfWork]:
+        with self._lock:
+            self._closed = True
+            running = [r for r in self._slots.values() if not r.abandoned]
+            for r in running:
+                r.abandoned = True
+        return [r.work for r in running]
+
+    def work_hash(self) -> dict[str, str]:
+        """Field -> JSON as Sidekiq's Workers API reads it (payload as a string)."""
+        with self._lock:
+            items = list(self._slots.items())
+        return {
+            slot: dumps({"queue": r.work.queue,
+                         "payload": r.work.raw.decode("utf-8", "replace"),
+                         "run_at": int(r.run_at)})
+            for slot, r in items
+        }
+
+    def running_jobs(self) -> list[Running]:
+        with self._lock:
+            return list(self._slots.values())
+
+
+class Manager:
+    def __init__(self, config: Config, plan: QueuePlan, registry: Registry) -> None:
+        self.config = config
+        self.counters = Counters()
+        self.in_flight = InFlightTable()
+        self.fetch = BasicFetch(config, plan)
+        self.processor = Processor(config, registry, self.fetch, self.counters, self.in_flight)
+        self._quiet = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        for index in range(self.config.concurrency):
+            thread = threading.Thread(target=self._work_loop, name=f"wurk-processor-{index}",
+                                      daemon=True)
+            self._threads.append(thread)
+            thread.start()
+
+    @property
+    def quieting(self) -> bool:
+        return self._quiet.is_set()
+
+    def quiet(self) -> None:
+        self._quiet.set()
+
+    def _work_loop(self) -> None:
+        # Base 36 of the native thread id: unique in this process, short, and
+        # the shape Sidekiq uses for its work-hash fields.
+        slot = _base36(threading.get_native_id())
+        while not self._quiet.is_set():
+            try:
+                work = self.fetch.fetch()
+            except Exception as exc:  # noqa: BLE001 - Redis trouble must not kill the thread
+                log.error("fetch.error", error=f"{type(exc).__name__}: {exc}")
+                self._quiet.wait(FETCH_ERROR_PAUSE)
+                continue
+            if work is not None:
+                self.processor.process(work, slot)
+
+    def stop(self, deadline: float) -> int:
+        """Quiet, wait for running jobs until ``deadline`` (monotonic), requeue the rest.
+
+        Returns how many jobs were pushed back.
+        """
+        self.quiet()
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        leftovers = self.in_flight.abandon_all()
+        if not leftovers:
+            return 0
+        try:
+            self.fetch.requeue(leftovers)
+        except Exception as exc:  # noqa: BLE001
+            log.error("shutdown.requeue_failed", jobs=len(leftovers), error=repr(exc))
+            return 0
+        log.warning("shutdown.requeued", jobs=len(leftovers))
+        return len(leftovers)
+
+
+def _base36(number: int) -> str:
+    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
+    out = ""
+    while True:
+        number, rem = divmod(number, 36)
+        out = digits[rem] + out
+        if number == 0:
+            return out
