@@ -1,14 +1,99 @@
-"""``wurk-swarm --topology config.toml``: not built yet (see the swarm issue)."""
+"""``wurk-swarm --topology config.toml``: run a supervised swarm of workers.
+
+The main thread only turns signals into commands for the supervise thread
+(read from a wakeup pipe; the handlers themselves do nothing):
+
+========  ==========================================================
+TERM/INT  drain every child (finish or push back running jobs), exit
+TSTP      quiet every child: stop fetching, finish running jobs
+HUP/USR1  rolling restart, one child at a time, replacement first
+TTIN      one more child in every slot
+TTOU      one fewer child in every slot (never below one)
+USR2      log each child's slot, pid, RSS, busy count and age
+========  ==========================================================
+"""
 
 from __future__ import annotations
 
+import argparse
+import signal
+import socket
 import sys
+import threading
 from collections.abc import Sequence
+
+from supervisor.swarm import Swarm
+from supervisor.topology import TopologyError, load
+from wurk import logging as wlog
+
+EX_CONFIG = 78
+
+COMMANDS = {
+    signal.SIGTERM: "shutdown", signal.SIGINT: "shutdown", signal.SIGTSTP: "quiet",
+    signal.SIGHUP: "restart", signal.SIGUSR1: "restart", signal.SIGTTIN: "more",
+    signal.SIGTTOU: "fewer", signal.SIGUSR2: "status",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="wurk-swarm", description="Run a supervised swarm of wurk worker processes.")
+    parser.add_argument("-t", "--topology", required=True, help="the topology TOML file")
+    parser.add_argument("--check", action="store_true",
+                        help="validate the topology and exit (0 if valid, 78 if not)")
+    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    print("wurk-swarm: the swarm supervisor is not built yet; use `wurk run`", file=sys.stderr)
-    return 1
+    args = build_parser().parse_args(argv)
+    try:
+        topology = load(args.topology)
+    except TopologyError as exc:
+        print(f"wurk-swarm: {exc}", file=sys.stderr)
+        return EX_CONFIG
+    if args.check:
+        print(f"wurk-swarm: {args.topology} is valid "
+              f"({sum(s.count for s in topology.slots)} children in {len(topology.slots)} slots)")
+        return 0
+    wlog.setup(topology.base.log_level, topology.base.log_format)
+    return run(Swarm(topology))
+
+
+def run(swarm: Swarm) -> int:
+    reader, writer = socket.socketpair()
+    writer.setblocking(False)
+    previous = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+    for signum in COMMANDS:
+        signal.signal(signum, lambda *_: None)
+    swarm.register_drain_hooks()
+    result: list[int] = []
+    thread = threading.Thread(target=lambda: result.append(swarm.supervise()),
+                              name="wurk-supervise")
+    swarm.supervisor_thread = thread
+    thread.start()
+    waker = threading.Thread(target=_wake_when_done, args=(swarm, writer), daemon=True)
+    waker.start()
+    try:
+        while not swarm.wait_finished(0):
+            for number in reader.recv(64):
+                name = COMMANDS.get(signal.Signals(number)) if number else None
+                if name:
+                    swarm.command(name)
+    finally:
+        thread.join()
+        signal.set_wakeup_fd(previous)
+        reader.close()
+        writer.close()
+    return result[0] if result else 1
+
+
+def _wake_when_done(swarm: Swarm, writer: socket.socket) -> None:
+    """Unblock the main thread's read once the supervise thread has finished."""
+    swarm.wait_finished()
+    try:
+        writer.send(b"\0")
+    except OSError:
+        return
 
 
 if __name__ == "__main__":

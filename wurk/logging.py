@@ -2,15 +2,40 @@
 
 Events have stable dotted names (``job.done``, ``redis.error``) and key/value
 context; tests assert on them with ``structlog.testing.capture_logs``.
+
+Lines go to stderr with one ``os.write`` each and no lock: a lock held by a
+logging thread at the moment another thread forks would stay held forever
+in the child. A single write of a line is not interleaved with other lines
+on a pipe for lines up to PIPE_BUF bytes.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from typing import Any
 
 import structlog
+
+
+class StderrLineLogger:
+    """A structlog logger that writes each rendered event as one line to fd 2."""
+
+    def msg(self, message: str) -> None:
+        data = (message + "\n").encode("utf-8", "replace")
+        try:
+            while data:
+                written = os.write(2, data)
+                data = data[written:]
+        except OSError:
+            pass  # stderr closed: logging must never take the process down
+
+    log = debug = info = warn = warning = error = critical = exception = fatal = msg
+
+
+def _factory(*_args: Any) -> StderrLineLogger:
+    return StderrLineLogger()
 
 
 def setup(level: str = "info", fmt: str = "auto") -> None:
@@ -32,7 +57,7 @@ def setup(level: str = "info", fmt: str = "auto") -> None:
         wrapper_class=structlog.make_filtering_bound_logger(
             logging.getLevelNamesMapping()[level.upper()]
         ),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        logger_factory=_factory,
         # Never cache: a logger bound before fork must pick up the child's setup.
         cache_logger_on_first_use=False,
     )

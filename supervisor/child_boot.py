@@ -1,0 +1,181 @@
+"""Child boot: what a freshly forked swarm child does before and while it works.
+
+Duties, in order:
+1. Own nothing of the parent's: close the parent's pipes, reset signal
+   handling (ignore SIGINT, handle TERM/TSTP/TTIN through our own wakeup
+   pipe), forget Redis sockets, the default client and the statsd socket,
+   re-seed random, and set up logging afresh.
+2. Ask the kernel for SIGTERM when the parent dies (PR_SET_PDEATHSIG) and
+   check at once that the parent is still the one that forked us.
+3. Import the slot's own ``require`` modules and prove Redis answers; a
+   failure here exits with :data:`EX_BOOT` and a clear log line.
+4. Start the launcher, tell the parent we are ready (our identity on the
+   ready pipe), keep the process title current, and watch for orphaning.
+5. On TERM (or orphaning) drain within shutdown_timeout and leave with
+   ``os._exit`` so nothing inherited from the parent runs at exit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import random
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, NoReturn
+
+import setproctitle
+
+from wurk import logging as wlog
+from wurk.cli import load_modules
+from wurk.client import Client
+from wurk.config import configure
+from wurk.launcher import Launcher, dump_threads
+
+if TYPE_CHECKING:
+    from supervisor.topology import Slot
+
+EX_OK = 0
+EX_BOOT = 3          # the slot cannot boot: import error, Redis unreachable
+EX_CRASH = 70        # an unexpected error after boot
+PR_SET_PDEATHSIG = 1
+# Blocked in the supervise thread, hence blocked in a child until it is ready for them.
+MANAGED_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGTSTP, signal.SIGHUP, signal.SIGUSR1,
+                   signal.SIGUSR2, signal.SIGTTIN, signal.SIGTTOU}
+ORPHAN_POLL = 0.5
+TITLE_REFRESH = 1.0
+
+log = wlog.get_logger("wurk.child")
+
+
+def run_child(slot: Slot, index: int, parent_pid: int, ready_fd: int,
+              inherited_fds: Iterable[int]) -> NoReturn:
+    """Entry point right after ``os.fork()`` in the child; never returns."""
+    code = EX_CRASH
+    try:
+        code = _boot_and_work(slot, index, parent_pid, ready_fd, inherited_fds)
+    except BaseException:  # noqa: BLE001 - nothing may unwind into the parent's code
+        with contextlib.suppress(BaseException):
+            log.error("child.crashed", slot=slot.name, index=index,
+                      error=traceback.format_exc())
+    finally:
+        with contextlib.suppress(BaseException):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+
+def _boot_and_work(slot: Slot, index: int, parent_pid: int, ready_fd: int,
+                   inherited_fds: Iterable[int]) -> int:
+    for fd in inherited_fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    wakeup = _own_signals()
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, MANAGED_SIGNALS)
+    reset_after_fork(slot)
+    set_parent_death_signal()
+    if os.getppid() != parent_pid:
+        log.warning("child.orphaned_at_boot", slot=slot.name, index=index)
+        return EX_OK
+    setproctitle.setproctitle(f"wurk-swarm: child {slot.name}#{index} booting")
+    os.environ.update(slot.env)
+    try:
+        load_modules(slot.config.require)
+        slot.config.pool.call("PING", idempotent=True)
+    except Exception as exc:  # noqa: BLE001 - any boot failure gets the boot exit code
+        log.error("child.boot_failed", slot=slot.name, index=index,
+                  error=f"{type(exc).__name__}: {exc}")
+        return EX_BOOT
+    launcher = Launcher(slot.config, on_stop_request=lambda: _poke(wakeup[1]),
+                        extra_info={"slot": slot.name, "index": index, "swarm_pid": parent_pid})
+    launcher.start()
+    _send_ready(ready_fd, launcher.identity)
+    _start_daemon(_keep_title, launcher, slot.name, index)
+    _start_daemon(_orphan_guard, parent_pid, wakeup[1])
+    return _serve_signals(launcher, wakeup[0])
+
+
+def reset_after_fork(slot: Slot) -> None:
+    """The explicit resets, in order: Redis pools, client, buffered push, statsd."""
+    configure(slot.config)
+    slot.config.reset_pool()
+    Client._default = None
+    random.seed()
+    wlog.setup(slot.config.log_level, slot.config.log_format)
+
+
+def set_parent_death_signal() -> None:
+    """Have Linux send us SIGTERM (a drain, not a KILL) when the parent dies."""
+    if not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+
+
+def _own_signals() -> tuple[socket.socket, socket.socket]:
+    reader, writer = socket.socketpair()
+    writer.setblocking(False)
+    signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+    for signum in (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGTTOU,
+                   signal.SIGCHLD):
+        signal.signal(signum, signal.SIG_DFL)
+    # Ctrl-C reaches the whole process group; the parent decides what it means.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for signum in (signal.SIGTERM, signal.SIGTSTP, signal.SIGTTIN):
+        signal.signal(signum, lambda *_: None)
+    return reader, writer
+
+
+def _poke(writer: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        writer.send(bytes([signal.SIGTERM]))
+
+
+def _send_ready(fd: int, identity: str) -> None:
+    with contextlib.suppress(OSError):
+        os.write(fd, f"{identity}\n".encode())
+        os.close(fd)
+
+
+def _serve_signals(launcher: Launcher, reader: socket.socket) -> int:
+    while True:
+        for number in reader.recv(64):
+            if number == signal.SIGTERM:
+                # A second TERM while draining lands here again and is ignored
+                # because stop() is already under way on this thread.
+                launcher.stop()
+                return EX_OK
+            if number == signal.SIGTSTP:
+                launcher.quiet()
+            elif number == signal.SIGTTIN:
+                dump_threads()
+
+
+def _start_daemon(target: object, *args: object) -> None:
+    threading.Thread(target=target, args=args, daemon=True,  # type: ignore[arg-type]
+                     name=f"wurk-{getattr(target, '__name__', 'aux').strip('_')}").start()
+
+
+def _keep_title(launcher: Launcher, slot_name: str, index: int) -> None:
+    concurrency = launcher.config.concurrency
+    while not launcher.stopped.is_set():
+        state = "quiet" if launcher.heartbeat.quiet else "busy"
+        busy = launcher.manager.in_flight.busy()
+        setproctitle.setproctitle(
+            f"wurk-swarm: child {slot_name}#{index} [{busy} of {concurrency} {state}]")
+        launcher.stopped.wait(TITLE_REFRESH)
+
+
+def _orphan_guard(parent_pid: int, writer: socket.socket) -> None:
+    """Backs up PDEATHSIG: a re-parented child notices within ORPHAN_POLL seconds."""
+    while os.getppid() == parent_pid:
+        time.sleep(ORPHAN_POLL)
+    log.warning("child.orphaned", parent_pid=parent_pid)
+    _poke(writer)

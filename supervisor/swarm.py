@@ -1,0 +1,522 @@
+"""The swarm: forks one child per topology slot and keeps them running.
+
+Duties:
+1. ``boot``: import the shared ``require`` modules in the parent, freeze the
+   heap (``gc.freeze``) so children share it copy-on-write, and fork the
+   children slot by slot. Drain hooks are registered before the first fork.
+2. ``supervise`` (a dedicated thread, which also does every fork, so the
+   kernel's parent-death signal stays armed as long as the swarm lives):
+   reap children, respawn a dead child in its slot and index with a per-slot
+   exponential backoff, give up when a slot keeps dying before it ever became
+   ready, recycle children above ``max_memory_mb``, and carry out the
+   commands the main thread hands over (quiet, rolling restart, more/fewer
+   children, a status dump).
+3. ``request_shutdown`` (thread-safe, idempotent) asks the supervise thread
+   to drain: TERM every child, wait shutdown_timeout + grace, KILL the rest,
+   reap all. ``shutdown`` does the same directly when no supervisor runs.
+
+The loop reads like its table of contents in :meth:`Swarm._tick`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import gc
+import os
+import queue
+import random
+import select
+import signal
+import threading
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import psutil
+
+from supervisor.child_boot import EX_BOOT, MANAGED_SIGNALS, run_child
+from supervisor.systemd import Notifier
+from wurk import logging as wlog
+from wurk.cli import load_modules
+
+if TYPE_CHECKING:
+    from supervisor.topology import Slot, Topology
+
+log = wlog.get_logger("wurk.swarm")
+TICK = 0.5
+# A child that dies within this many seconds of its birth counts as crash-looping.
+CRASH_WINDOW = 10.0
+BACKOFF_BASE = 0.5
+
+
+@dataclass
+class Child:
+    slot: Slot
+    index: int
+    pid: int
+    ready_fd: int | None
+    born: float = field(default_factory=time.monotonic)
+    identity: str | None = None
+    # Set once we asked it to leave: the monotonic time after which it is KILLed.
+    kill_at: float | None = None
+    # Leaving for good (TTOU, replaced in a rolling restart): do not respawn.
+    retiring: bool = False
+
+    @property
+    def ready(self) -> bool:
+        return self.identity is not None
+
+    @property
+    def label(self) -> str:
+        return f"{self.slot.name}#{self.index}"
+
+
+@dataclass
+class SlotState:
+    slot: Slot
+    wanted: int
+    crashes: int = 0
+    boot_failures: int = 0
+    next_spawn_at: float = 0.0
+
+
+class Swarm:
+    def __init__(self, topology: Topology, *, notifier: Notifier | None = None) -> None:
+        self.topology = topology
+        self.notifier = notifier or Notifier.from_env()
+        self.owner_pid = os.getpid()
+        self.children: dict[int, Child] = {}
+        self.slots = {s.name: SlotState(s, s.count) for s in topology.slots}
+        self.exit_code = 0
+        self._commands: queue.SimpleQueue[str] = queue.SimpleQueue()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_w, False)
+        self._draining = False
+        self._drain_deadline = 0.0
+        self._finished = threading.Event()
+        self._quiet = False
+        self._rolling: list[Child] = []
+        # (old, replacement) while a rolling restart waits for the replacement.
+        self._rolling_pair: tuple[Child, Child] | None = None
+        self._announced_ready = False
+        self._next_memory_check = 0.0
+        self._next_watchdog = 0.0
+        self.supervisor_thread: threading.Thread | None = None
+        self._hooks_registered = False
+
+    # -- ownership and hooks ------------------------------------------------
+    def owner(self) -> bool:
+        """True only in the process that built the swarm (never in a child)."""
+        return os.getpid() == self.owner_pid
+
+    def register_drain_hooks(self) -> None:
+        """atexit drain, registered before any fork; a no-op in children."""
+        if not self._hooks_registered:
+            atexit.register(self._drain_at_exit)
+            self._hooks_registered = True
+
+    def _drain_at_exit(self) -> None:
+        if not self.owner() or not self.children:
+            return
+        thread = self.supervisor_thread
+        if thread is not None and thread.is_alive():
+            self.request_shutdown()
+            thread.join(self.topology.shutdown_timeout + self.topology.shutdown_grace + 1)
+            if not thread.is_alive():
+                return
+        else:
+            self.shutdown()
+
+    # -- boot -----------------------------------------------------------
+    def boot(self) -> None:
+        """Preload the app and fork every slot's children (call from the supervise thread)."""
+        self.register_drain_hooks()
+        load_modules(self.topology.base.require)
+        # The parent never works jobs; close what the preload may have opened.
+        self.topology.base.reset_pool()
+        for slot in self.topology.slots:
+            slot.config.reset_pool()
+        for state in self.slots.values():
+            for index in range(state.wanted):
+                self._spawn(state.slot, index)
+        log.info("swarm.booted", children=len(self.children),
+                 slots={n: s.wanted for n, s in self.slots.items()})
+
+    def _spawn(self, slot: Slot, index: int) -> Child:
+        ready_r, ready_w = os.pipe()
+        inherited = [self._wake_r, self._wake_w, ready_r,
+                     *(c.ready_fd for c in self.children.values() if c.ready_fd is not None)]
+        gc.freeze()
+        with warnings.catch_warnings():
+            # 3.12+ warns about forking a threaded process; we reset what we own.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
+        if pid == 0:
+            run_child(slot, index, self.owner_pid, ready_w, inherited)
+        os.close(ready_w)
+        os.set_blocking(ready_r, False)
+        child = Child(slot, index, pid, ready_r)
+        self.children[pid] = child
+        log.info("child.spawned", slot=slot.name, index=index, pid=pid)
+        return child
+
+    # -- the supervise loop -------------------------------------------------
+    def supervise(self) -> int:
+        """Boot, then supervise until drained. Returns the swarm's exit status."""
+        # Signals go to the main thread (or the host), never to this one; the
+        # children forked from here start with them blocked too, so nothing
+        # reaches a child before it has its own handlers.
+        signal.pthread_sigmask(signal.SIG_BLOCK, MANAGED_SIGNALS)
+        try:
+            self.boot()
+        except Exception as exc:  # noqa: BLE001 - a failed boot drains what it started
+            log.error("swarm.boot_failed", error=f"{type(exc).__name__}: {exc}")
+            self.exit_code = EX_BOOT
+            self.request_shutdown()
+        try:
+            while not self._finished.is_set():
+                self._wait(TICK)
+                self._tick()
+        finally:
+            self._finished.set()
+            self.notifier.close()
+        return self.exit_code
+
+    def _tick(self) -> None:
+        self._read_ready_pipes()
+        self._run_commands()
+        self._reap()
+        if self._draining:
+            self._drain_step()
+            return
+        self._respawn_missing()
+        self._advance_rolling_restart()
+        self._check_memory()
+        self._kill_overdue()
+        self._report_to_systemd()
+
+    def _wait(self, timeout: float) -> None:
+        fds = [self._wake_r, *(c.ready_fd for c in self.children.values() if c.ready_fd)]
+        with contextlib.suppress(InterruptedError, OSError):
+            readable, _, _ = select.select(fds, [], [], timeout)
+            if self._wake_r in readable:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(self._wake_r, 4096)
+
+    def _wake(self) -> None:
+        with contextlib.suppress(BlockingIOError, OSError):
+            os.write(self._wake_w, b"!")
+
+    # -- commands from other threads -----------------------------------------
+    def request_shutdown(self) -> None:
+        """Ask the supervise thread to drain. Thread-safe and idempotent."""
+        self._commands.put("shutdown")
+        self._wake()
+
+    def command(self, name: str) -> None:
+        """Hand over ``quiet``, ``restart``, ``more``, ``fewer`` or ``status``."""
+        self._commands.put(name)
+        self._wake()
+
+    def _run_commands(self) -> None:
+        while True:
+            try:
+                name = self._commands.get_nowait()
+            except queue.Empty:
+                return
+            handler = getattr(self, f"_cmd_{name}", None)
+            if handler is None:
+                log.warning("swarm.unknown_command", command=name)
+            else:
+                handler()
+
+    def _cmd_shutdown(self) -> None:
+        if self._draining:
+            return
+        self._draining = True
+        self.notifier.notify(STOPPING=1, STATUS="draining")
+        self._drain_deadline = (time.monotonic() + self.topology.shutdown_timeout
+                                + self.topology.shutdown_grace)
+        log.info("swarm.draining", children=len(self.children))
+        for child in self.children.values():
+            self._signal(child, signal.SIGTERM)
+
+    def _cmd_quiet(self) -> None:
+        self._quiet = True
+        log.info("swarm.quiet", children=len(self.children))
+        for child in self.children.values():
+            self._signal(child, signal.SIGTSTP)
+
+    def _cmd_restart(self) -> None:
+        if self._rolling or self._rolling_pair:
+            log.info("swarm.restart_already_running")
+            return
+        self._rolling = sorted((c for c in self.children.values() if not c.retiring),
+                               key=lambda c: (c.slot.name, c.index))
+        log.info("swarm.rolling_restart", children=len(self._rolling))
+
+    def _cmd_more(self) -> None:
+        for state in self.slots.values():
+            state.wanted += 1
+        log.info("swarm.scale", wanted={n: s.wanted for n, s in self.slots.items()})
+
+    def _cmd_fewer(self) -> None:
+        for state in self.slots.values():
+            if state.wanted <= 1:
+                continue
+            state.wanted -= 1
+            for child in self._live(state.slot.name):
+                if child.index >= state.wanted:
+                    self._retire(child)
+        log.info("swarm.scale", wanted={n: s.wanted for n, s in self.slots.items()})
+
+    def _cmd_status(self) -> None:
+        now = time.monotonic()
+        for child in sorted(self.children.values(), key=lambda c: (c.slot.name, c.index)):
+            log.info("child.status", slot=child.slot.name, index=child.index, pid=child.pid,
+                     rss_kb=_rss_kb(child.pid), busy=self._busy(child),
+                     age=round(now - child.born, 1), ready=child.ready,
+                     retiring=child.retiring, identity=child.identity)
+
+    # -- children's lifecycle ---------------------------------------------
+    def _read_ready_pipes(self) -> None:
+        for child in list(self.children.values()):
+            if child.ready_fd is None:
+                continue
+            try:
+                data = os.read(child.ready_fd, 4096)
+            except BlockingIOError:
+                continue
+            except OSError:
+                data = b""
+            if data.strip():
+                child.identity = data.decode(errors="replace").strip()
+                state = self.slots[child.slot.name]
+                state.boot_failures = 0
+                log.info("child.ready", slot=child.slot.name, index=child.index, pid=child.pid,
+                         identity=child.identity)
+            self._close_ready(child)
+
+    def _close_ready(self, child: Child) -> None:
+        if child.ready_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(child.ready_fd)
+            child.ready_fd = None
+
+    def _reap(self) -> None:
+        for pid, status in self._waitpid_all():
+            child = self.children.pop(pid, None)
+            if child is None:
+                log.debug("swarm.reaped_stranger", pid=pid)
+                continue
+            self._read_ready_pipes()
+            self._close_ready(child)
+            self._after_exit(child, os.waitstatus_to_exitcode(status))
+
+    def _waitpid_all(self) -> list[tuple[int, int]]:
+        """Exited children. As PID 1 reap anything; otherwise only our own pids,
+        so a host process's other children are never stolen."""
+        found: list[tuple[int, int]] = []
+        targets = [-1] if os.getpid() == 1 else list(self.children)
+        for target in targets:
+            while True:
+                try:
+                    pid, status = os.waitpid(target, os.WNOHANG)
+                except ChildProcessError:
+                    break
+                if pid == 0:
+                    break
+                found.append((pid, status))
+                if target != -1:
+                    break
+        return found
+
+    def _after_exit(self, child: Child, code: int) -> None:
+        how = f"signal {signal.Signals(-code).name}" if code < 0 else f"status {code}"
+        fields = {"slot": child.slot.name, "index": child.index, "pid": child.pid, "exit": how}
+        if code == -signal.SIGKILL and child.kill_at is None:
+            log.warning("child.killed", hint="SIGKILL we did not send: possibly the OOM killer",
+                        **fields)
+        else:
+            log.info("child.exited", **fields)
+        self._forget_rolling(child)
+        if self._draining or child.retiring:
+            return
+        state = self.slots[child.slot.name]
+        if not child.ready:
+            self._boot_failed(state, code)
+            return
+        lived = time.monotonic() - child.born
+        state.crashes = state.crashes + 1 if lived < CRASH_WINDOW and child.kill_at is None else 0
+        self._schedule_respawn(state)
+
+    def _boot_failed(self, state: SlotState, code: int) -> None:
+        state.boot_failures += 1
+        log.error("child.boot_failed", slot=state.slot.name, exit=code,
+                  failures=state.boot_failures, limit=self.topology.boot_failure_limit)
+        if state.boot_failures >= self.topology.boot_failure_limit:
+            log.error("swarm.giving_up", slot=state.slot.name,
+                      reason="children keep dying before they become ready")
+            self.exit_code = EX_BOOT
+            self._cmd_shutdown()
+            return
+        state.crashes += 1
+        self._schedule_respawn(state)
+
+    def _schedule_respawn(self, state: SlotState) -> None:
+        delay = 0.0
+        if state.crashes:
+            delay = min(self.topology.respawn_backoff_max,
+                        BACKOFF_BASE * 2 ** (state.crashes - 1))
+            log.warning("slot.backoff", slot=state.slot.name, crashes=state.crashes,
+                        delay=round(delay, 2))
+        state.next_spawn_at = time.monotonic() + delay
+
+    def _live(self, slot_name: str) -> list[Child]:
+        return [c for c in self.children.values() if c.slot.name == slot_name and not c.retiring]
+
+    def _respawn_missing(self) -> None:
+        if self._quiet:
+            return
+        now = time.monotonic()
+        for name, state in self.slots.items():
+            if now < state.next_spawn_at:
+                continue
+            taken = {c.index for c in self._live(name)}
+            for index in range(state.wanted):
+                if index not in taken:
+                    self._spawn(state.slot, index)
+
+    def _retire(self, child: Child) -> None:
+        child.retiring = True
+        self._stop_child(child)
+
+    def _stop_child(self, child: Child) -> None:
+        if child.kill_at is None:
+            child.kill_at = (time.monotonic() + child.slot.config.shutdown_timeout
+                             + self.topology.shutdown_grace)
+            self._signal(child, signal.SIGTERM)
+
+    def _kill_overdue(self) -> None:
+        now = time.monotonic()
+        for child in self.children.values():
+            if child.kill_at is not None and now >= child.kill_at:
+                log.warning("child.kill", slot=child.slot.name, index=child.index,
+                            pid=child.pid, reason="drain timed out")
+                self._signal(child, signal.SIGKILL)
+                child.kill_at = float("inf")
+
+    # -- rolling restart -------------------------------------------------------
+    def _advance_rolling_restart(self) -> None:
+        """Fork a replacement, wait until it is ready, then let the old one drain."""
+        if self._rolling_pair is not None:
+            old, new = self._rolling_pair
+            if not new.ready:
+                return
+            self._stop_child(old)
+            self._rolling_pair = None
+        while self._rolling:
+            old = self._rolling.pop(0)
+            if old.pid not in self.children or old.retiring:
+                continue
+            old.retiring = True  # the replacement takes over its index
+            self._rolling_pair = (old, self._spawn(old.slot, old.index))
+            return
+
+    def _forget_rolling(self, child: Child) -> None:
+        if self._rolling_pair is None or child not in self._rolling_pair:
+            return
+        old, new = self._rolling_pair
+        self._rolling_pair = None
+        if child is new and old.pid in self.children:
+            # The replacement died before it was ready: keep the old child.
+            old.retiring = False
+            self._rolling.clear()
+            log.error("swarm.rolling_restart_aborted", slot=old.slot.name, index=old.index)
+
+    # -- memory -----------------------------------------------------------
+    def _check_memory(self) -> None:
+        now = time.monotonic()
+        if now < self._next_memory_check:
+            return
+        interval = self.topology.memory_check_interval
+        self._next_memory_check = now + interval * random.uniform(0.8, 1.2)
+        over = [c for c in self.children.values()
+                if c.ready and not c.retiring and c.kill_at is None and c.slot.max_memory_mb
+                and _rss_kb(c.pid) > c.slot.max_memory_mb * 1024]
+        if over:
+            # One per check, picked at random, so children do not recycle together.
+            child = random.choice(over)
+            log.warning("child.memory_exceeded", slot=child.slot.name, index=child.index,
+                        pid=child.pid, rss_kb=_rss_kb(child.pid),
+                        limit_mb=child.slot.max_memory_mb)
+            self._stop_child(child)
+
+    # -- drain ----------------------------------------------------------
+    def _drain_step(self) -> None:
+        if not self.children:
+            self._finished.set()
+            log.info("swarm.drained", exit_code=self.exit_code)
+            return
+        if time.monotonic() >= self._drain_deadline:
+            for child in self.children.values():
+                if child.kill_at != float("inf"):
+                    log.warning("child.kill", slot=child.slot.name, index=child.index,
+                                pid=child.pid, reason="swarm drain timed out")
+                    self._signal(child, signal.SIGKILL)
+                    child.kill_at = float("inf")
+            self.exit_code = self.exit_code or 1
+
+    def shutdown(self) -> int:
+        """Drain directly on this thread (for when no supervise thread runs)."""
+        self._cmd_shutdown()
+        while self.children:
+            self._wait(0.1)
+            self._reap()
+            self._drain_step()
+        self._finished.set()
+        return self.exit_code
+
+    def wait_finished(self, timeout: float | None = None) -> bool:
+        return self._finished.wait(timeout)
+
+    # -- systemd ---------------------------------------------------------
+    def _report_to_systemd(self) -> None:
+        if not self.notifier.enabled:
+            return
+        all_ready = all(
+            len([c for c in self._live(n) if c.ready]) >= s.wanted for n, s in self.slots.items())
+        if all_ready and not self._announced_ready:
+            self._announced_ready = True
+            self.notifier.notify(READY=1, STATUS=self._status_line())
+        interval = self.notifier.watchdog_interval()
+        now = time.monotonic()
+        if interval and all_ready and now >= self._next_watchdog:
+            self._next_watchdog = now + interval
+            self.notifier.notify(WATCHDOG=1, STATUS=self._status_line())
+
+    def _status_line(self) -> str:
+        return ", ".join(f"{n}: {len(self._live(n))}/{s.wanted}" for n, s in self.slots.items())
+
+    # -- helpers -----------------------------------------------------------
+    def _signal(self, child: Child, signum: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child.pid, signum)
+
+    def _busy(self, child: Child) -> int | None:
+        if child.identity is None:
+            return None
+        try:
+            value = self.topology.base.pool.call("HGET", child.identity, "busy", idempotent=True)
+        except Exception:  # noqa: BLE001 - a status dump must not fail on Redis trouble
+            return None
+        return int(value) if value is not None else None
+
+
+def _rss_kb(pid: int) -> int:
+    try:
+        return int(psutil.Process(pid).memory_info().rss // 1024)
+    except psutil.Error:
+        return 0
