@@ -22,8 +22,9 @@ import sys
 import threading
 from collections.abc import Sequence
 
+from supervisor.probe import probe
 from supervisor.swarm import Swarm
-from supervisor.topology import TopologyError, load
+from supervisor.topology import Topology, TopologyError, load
 from wurk import logging as wlog
 
 EX_CONFIG = 78
@@ -41,6 +42,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-t", "--topology", required=True, help="the topology TOML file")
     parser.add_argument("--check", action="store_true",
                         help="validate the topology and exit (0 if valid, 78 if not)")
+    parser.add_argument("--probe", action="store_true",
+                        help="exit 0 if every child of the swarm on this host beats in Redis")
+    parser.add_argument("--pid", type=int, default=1,
+                        help="with --probe: the swarm parent's pid (default 1, as in a container)")
     return parser
 
 
@@ -55,8 +60,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"wurk-swarm: {args.topology} is valid "
               f"({sum(s.count for s in topology.slots)} children in {len(topology.slots)} slots)")
         return 0
+    if args.probe:
+        return _probe(topology, args.pid)
     wlog.setup(topology.base.log_level, topology.base.log_format)
     return run(Swarm(topology))
+
+
+def _probe(topology: Topology, pid: int) -> int:
+    try:
+        result = probe(topology, pid)
+    except Exception as exc:  # noqa: BLE001 - a probe answers, it does not crash
+        print(f"wurk-swarm: probe failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    print(f"wurk-swarm: {result.fresh} of {result.wanted} children beating")
+    return 0 if result.ok else 1
 
 
 def run(swarm: Swarm) -> int:
