@@ -55,7 +55,9 @@ class Client:
                  delay: float | None = None, at: float | None = None) -> str:
         item: dict[str, Any] = {**options.payload_fields(), "class": name, "args": args}
         if delay is not None:
-            item["at"] = time.time() + float(delay)
+            # Sidekiq's perform_in rule: under 1e9 an interval, else an epoch.
+            seconds = float(delay)
+            item["at"] = seconds if seconds >= ABSOLUTE_THRESHOLD else time.time() + seconds
         elif at is not None:
             item["at"] = at
         return self.push(item)
@@ -80,6 +82,9 @@ class Client:
         ats = item.get("at")
         if isinstance(ats, list) and len(ats) != len(all_args):
             raise ValueError("push_bulk 'at' list must have one time per job")
+        # Check every job before writing any, so a bad one pushes nothing.
+        for i, args in enumerate(all_args):
+            check_args(args, f"args[{i}]")
         now = time.time()
         created = now_stamp(self.config.timestamps, now)
         jids: list[str] = []
@@ -126,8 +131,8 @@ class Client:
             return None
         if isinstance(at, bool) or not isinstance(at, int | float):
             raise TypeError(f"job 'at' must be epoch seconds, got {at!r}")
-        when = float(at) if at >= ABSOLUTE_THRESHOLD else now + float(at)
-        return when if when > now else None
+        # As Sidekiq's raw push: ``at`` is an epoch time; one already past runs now.
+        return float(at) if at > now else None
 
     # -- writing ----------------------------------------------------------
     def _write(self, payloads: Sequence[dict[str, Any]], run_at: float | None) -> None:

@@ -16,6 +16,7 @@ callables and so are set in code, never from TOML.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import tomllib
 from collections.abc import Callable, Mapping
@@ -90,25 +91,35 @@ class Config:
     ) -> Config:
         """Defaults, then the TOML file's ``[wurk]`` table, then env, then overrides."""
         values: dict[str, Any] = {}
-        if path is not None:
-            values.update(read_toml_table(Path(path)))
-        values.update(from_env(os.environ if env is None else env))
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        return cls.from_mapping(values, source=str(path) if path else "arguments")
+        sources: dict[str, str] = {}  # key -> where its value came from, for errors
+        layers = [
+            (read_toml_table(Path(path)) if path is not None else {}, str(path)),
+            (from_env(os.environ if env is None else env), "environment"),
+            ({k: v for k, v in overrides.items() if v is not None}, "arguments"),
+        ]
+        for layer, where in layers:
+            values.update(layer)
+            sources.update(dict.fromkeys(layer, where))
+        return cls.from_mapping(values, source="arguments", sources=sources)
 
     @classmethod
-    def from_mapping(cls, values: Mapping[str, Any], *, source: str) -> Config:
+    def from_mapping(cls, values: Mapping[str, Any], *, source: str,
+                     sources: Mapping[str, str] | None = None) -> Config:
+        """``sources`` may name, per key, a source other than ``source`` for errors."""
+        where = dict(sources or {})
         unknown = sorted(set(values) - settable_fields())
         if unknown:
-            raise ConfigError(f"{source}: unknown key {unknown[0]!r}")
+            key = unknown[0]
+            raise ConfigError(f"{where.get(key, source)}: unknown key {key!r} "
+                              f"(set to {values[key]!r})")
         for name, value in values.items():
-            check_type(name, value, source)
+            check_type(name, value, where.get(name, source))
         config = cls.__new__(cls)
         defaults = cls()
         for f in dataclasses.fields(cls):
             setattr(config, f.name, values.get(f.name, getattr(defaults, f.name)))
         config._pool = None
-        validate(config, source=source)
+        validate(config, source=source, sources=where)
         return config
 
     # -- derived ----------------------------------------------------------
@@ -174,6 +185,8 @@ def check_type(name: str, value: Any, source: str) -> None:
         raise ConfigError(f"{source}: {name} must be {wanted}, got {value!r}")
     if isinstance(value, list) and not all(isinstance(v, str) for v in value):
         raise ConfigError(f"{source}: {name} must be a list of strings, got {value!r}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{source}: {name} must be a finite number, got {value!r}")
 
 
 _CHOICES = {
@@ -189,14 +202,19 @@ _POSITIVE = ("heartbeat_interval", "fetch_timeout", "average_scheduled_poll_inte
 _URL_SCHEMES = ("redis://", "rediss://", "unix://")
 
 
-def validate(config: Config, *, source: str) -> None:
-    """Raise ConfigError naming the first bad setting; None-valued optionals pass."""
+def validate(config: Config, *, source: str, sources: Mapping[str, str] | None = None) -> None:
+    """Raise ConfigError naming the first bad setting; None-valued optionals pass.
+
+    ``sources`` maps a key to where its value came from when that is not ``source``.
+    """
+    where = sources or {}
     for key, why in _problems(config):
-        raise ConfigError(f"{source}: {key} {why}, got {getattr(config, key)!r}")
+        raise ConfigError(f"{where.get(key, source)}: {key} {why}, "
+                          f"got {getattr(config, key)!r}")
     try:
         parse_queues(config.queues)
     except QueueSpecError as exc:
-        raise ConfigError(f"{source}: queues {exc}") from None
+        raise ConfigError(f"{where.get('queues', source)}: queues {exc}") from None
 
 
 def _problems(config: Config) -> list[tuple[str, str]]:
@@ -223,7 +241,7 @@ def read_toml_table(path: Path) -> dict[str, Any]:
             document = tomllib.load(fh)
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
-    except tomllib.TOMLDecodeError as exc:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from None
     table = document.get("wurk", {})
     if not isinstance(table, dict):

@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar, Generic, ParamSpec, TypeVar
+from typing import Any, ClassVar, Generic, ParamSpec, TypeVar, overload
 
 from wurk.client import Client
 
@@ -180,9 +180,19 @@ def _origin_of(obj: Any) -> str:
     return f"{obj.__module__}.{obj.__qualname__}"
 
 
+@overload
+def job(name: Callable[P, R], /) -> JobFunction[P, R]: ...
+
+
+@overload
 def job(name: str | None = None, *, registry_: Registry | None = None,
-        **options: Any) -> Callable[[Callable[P, R]], JobFunction[P, R]]:
-    """Register a function as a job: ``@wurk.job(queue="mail", retry=5)``."""
+        **options: Any) -> Callable[[Callable[P, R]], JobFunction[P, R]]: ...
+
+
+def job(name: Any = None, *, registry_: Registry | None = None, **options: Any) -> Any:
+    """Register a function as a job: ``@wurk.job(queue="mail", retry=5)`` or bare ``@wurk.job``."""
+    if callable(name):
+        return job(registry_=registry_, **options)(name)
     opts = make_options(**options)
 
     def register(fn: Callable[P, R]) -> JobFunction[P, R]:

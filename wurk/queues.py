@@ -59,7 +59,8 @@ def parse_queues(specs: list[str]) -> QueuePlan:
     parsed = [parse_queue(s) for s in specs]
     if not parsed:
         raise QueueSpecError("is empty")
-    strict = all(weight is None for _, weight in parsed)
+    # As Sidekiq: strict unless some queue has a weight above 0.
+    strict = all(not weight for _, weight in parsed)
     names = tuple(dict.fromkeys(name for name, _ in parsed))
     weighted: list[str] = []
     for name, weight in parsed:
