@@ -58,8 +58,9 @@ def start_redis(*extra: str, port: int | None = None) -> RedisServer:
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         try:
-            if server.client().ping():
-                return server
+            with server.client() as probe:
+                if probe.ping():
+                    return server
         except redis.ConnectionError:
             time.sleep(0.02)
     server.stop()

@@ -172,6 +172,11 @@ class Conn:
                 replies.append(exc)
         self.round_trips += 1
         if transaction:
+            # A replica answers each queued write with READONLY and then EXEC
+            # with EXECABORT; surface the READONLY so failover handling sees it.
+            queued_errors = [r for r in replies[1:-1] if isinstance(r, rx.ResponseError)]
+            if queued_errors and not isinstance(replies[-1], list):
+                raise queued_errors[0]
             replies = replies[-1] if isinstance(replies[-1], list) else [replies[-1]]
         if raise_on_error:
             for reply in replies:
