@@ -107,6 +107,10 @@ class InFlightTable:
             for slot, r in items
         }
 
+    def slots(self) -> set[str]:
+        with self._lock:
+            return set(self._slots)
+
     def running_jobs(self) -> list[Running]:
         with self._lock:
             return list(self._slots.values())
@@ -159,6 +163,11 @@ class Manager:
         for thread in self._threads:
             thread.join(max(0.0, deadline - time.monotonic()))
         leftovers = self.in_flight.abandon_all()
+        requeued = self._requeue(leftovers)
+        self._drain_fetches()
+        return requeued
+
+    def _requeue(self, leftovers: list[UnitOfWork]) -> int:
         if not leftovers:
             return 0
         try:
@@ -168,6 +177,17 @@ class Manager:
             return 0
         log.warning("shutdown.requeued", jobs=len(leftovers))
         return len(leftovers)
+
+    def _drain_fetches(self) -> None:
+        """Wait for idle threads still blocked in BRPOP (a deadline shorter than
+        ``fetch_timeout``). Whatever such a fetch returns, a requeued job
+        included, its processor pushes back; the process must not exit before.
+        """
+        running = self.in_flight.slots()
+        limit = time.monotonic() + self.config.fetch_timeout + self.config.redis_read_timeout
+        for thread in self._threads:
+            if thread.native_id is not None and _base36(thread.native_id) not in running:
+                thread.join(max(0.0, limit - time.monotonic()))
 
 
 def _base36(number: int) -> str:

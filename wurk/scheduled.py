@@ -114,6 +114,12 @@ class Poller:
             return 0
         try:
             self.client.push(job)
+        except (TypeError, ValueError) as exc:
+            # Refused before anything was sent (a non-string queue, a bad
+            # ``at``): malformed, so to the morgue rather than lost.
+            log.error("scheduler.malformed", set=sset, jid=job.get("jid"), error=str(exc))
+            kill(self.config, raw)
+            return 0
         except Exception as exc:  # noqa: BLE001
             # Popped but not pushed: the classic poller's known window. The
             # reliable scheduler moves due jobs inside Redis and has none.

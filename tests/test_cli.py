@@ -1,0 +1,309 @@
+"""``wurk run`` as a real subprocess: jobs, JSON logs, signals and exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from conftest import RedisServer
+
+from wurk.payload import new_jid
+
+REPO = Path(__file__).resolve().parent.parent
+EX_CONFIG = 78
+
+JOBS_MODULE = textwrap.dedent("""
+    import os
+    import time
+
+    import redis
+
+    import wurk
+
+    _r = redis.Redis.from_url(os.environ["REDIS_URL"])
+
+
+    @wurk.job(name="cli_echo")
+    def echo(value):
+        _r.rpush("cli:done", str(value))
+
+
+    @wurk.job(name="cli_slow")
+    def slow(value):
+        _r.rpush("cli:started", str(value))
+        time.sleep(30)
+""")
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 5.0, interval: float = 0.05) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        time.sleep(interval)
+
+
+def child_env(redis_url: str, tmp_path: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WURK_")}
+    env.update({
+        "REDIS_URL": redis_url,
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)]),
+        "WURK_HEARTBEAT_INTERVAL": "0.2",
+        "WURK_POLL_INTERVAL_AVERAGE": "0.2",
+        # Idle threads leave their BRPOP within this on stop; keeps tests quick.
+        "WURK_FETCH_TIMEOUT": "0.5",
+        "PYTHONUNBUFFERED": "1",
+    })
+    env.pop("DYNO", None)
+    return env
+
+
+class Worker:
+    """One ``wurk run`` child with its stderr in a file (a pipe could fill and block it)."""
+
+    def __init__(self, args: list[str], env: dict[str, str], cwd: Path) -> None:
+        self.stderr_path = cwd / f"stderr-{new_jid()}.log"
+        self._stderr = self.stderr_path.open("wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "wurk.cli", "run", *args], cwd=cwd, env=env,
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._stderr,
+        )
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace")
+
+    def events(self) -> list[dict[str, Any]]:
+        found = []
+        for line in self.stderr().splitlines():
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(event, dict):
+                found.append(event)
+        return found
+
+    def send(self, signum: int) -> None:
+        self.proc.send_signal(signum)
+
+    def wait(self, timeout: float) -> int:
+        return self.proc.wait(timeout)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(5)
+        self._stderr.close()
+
+
+@pytest.fixture
+def jobs_dir(tmp_path: Path) -> Path:
+    (tmp_path / "clijobs.py").write_text(JOBS_MODULE)
+    return tmp_path
+
+
+@pytest.fixture
+def spawn(redis_server: RedisServer, r: redis.Redis, jobs_dir: Path) -> Iterator[
+        Callable[..., Worker]]:
+    workers: list[Worker] = []
+
+    def start(*args: str, **env_extra: str) -> Worker:
+        env = child_env(redis_server.url, jobs_dir)
+        env.update(env_extra)
+        worker = Worker(list(args), env, jobs_dir)
+        workers.append(worker)
+        return worker
+
+    yield start
+    for worker in workers:
+        worker.close()
+
+
+def push(r: redis.Redis, cls: str, *args: Any, queue: str = "default") -> tuple[str, str]:
+    jid = new_jid()
+    now = time.time()
+    raw = json.dumps({"retry": True, "queue": queue, "class": cls, "args": list(args),
+                      "jid": jid, "created_at": now, "enqueued_at": now})
+    r.sadd("queues", queue)
+    r.lpush(f"queue:{queue}", raw)
+    return jid, raw
+
+
+def registered_identity(r: redis.Redis, worker: Worker) -> str:
+    def one() -> str | None:
+        assert worker.proc.poll() is None, worker.stderr()
+        members = r.smembers("processes")
+        return next(iter(members)) if len(members) == 1 else None
+
+    identity: str = wait_for(one)
+    return identity
+
+
+def test_run_processes_jobs_and_logs_json(r: redis.Redis, spawn: Callable[..., Worker]) -> None:
+    jids = [push(r, "cli_echo", i)[0] for i in range(3)]
+    worker = spawn("-r", "clijobs", "--log-level", "info", "-c", "2")
+    wait_for(lambda: r.llen("cli:done") == 3 or worker.proc.poll() is not None)
+    assert worker.proc.poll() is None, worker.stderr()
+    assert sorted(r.lrange("cli:done", 0, -1)) == ["0", "1", "2"]
+
+    def done_events() -> list[dict[str, Any]]:
+        return [e for e in worker.events() if e.get("event") == "job.done"]
+
+    wait_for(lambda: len(done_events()) == 3)
+    events = done_events()
+    assert sorted(e["jid"] for e in events) == sorted(jids)
+    for event in events:
+        assert event["class"] == "cli_echo"
+        assert event["queue"] == "default"
+        assert isinstance(event["elapsed"], float)
+        assert event["elapsed"] >= 0
+
+    identity = registered_identity(r, worker)
+    worker.send(signal.SIGTERM)
+    assert worker.wait(5) == 0
+    assert r.smembers("processes") == set()
+    assert not r.exists(f"{identity}:work")
+    assert int(r.get("stat:processed") or 0) == 3
+
+
+def test_sigterm_requeues_a_running_job(r: redis.Redis, spawn: Callable[..., Worker]) -> None:
+    _, raw = push(r, "cli_slow", "long")
+    # Sidekiq's 2 s fetch, longer than the 1 s deadline: idle threads are
+    # still in BRPOP when the job is pushed back (they must not take it away).
+    worker = spawn("-r", "clijobs", "-t", "1", "--log-level", "info", WURK_FETCH_TIMEOUT="2")
+    wait_for(lambda: r.llen("cli:started") == 1 or worker.proc.poll() is not None)
+    assert worker.proc.poll() is None, worker.stderr()
+    assert r.llen("queue:default") == 0
+    t0 = time.monotonic()
+    worker.send(signal.SIGTERM)
+    assert worker.wait(5) == 0, worker.stderr()
+    assert time.monotonic() - t0 < 3.0
+    assert r.lrange("queue:default", 0, -1) == [raw], worker.stderr()
+    assert r.smembers("processes") == set()
+    assert any(e.get("event") == "shutdown.requeued" for e in worker.events())
+
+
+def test_sigtstp_quiets(r: redis.Redis, spawn: Callable[..., Worker]) -> None:
+    worker = spawn("-r", "clijobs", "--log-level", "info")
+    identity = registered_identity(r, worker)
+    assert r.hget(identity, "quiet") == "false"
+    worker.send(signal.SIGTSTP)
+    wait_for(lambda: r.hget(identity, "quiet") == "true")
+    assert worker.proc.poll() is None
+    # A BRPOP already waiting may still return a job; give it one fetch timeout.
+    time.sleep(0.8)
+    push(r, "cli_echo", "after-quiet")
+    time.sleep(0.8)
+    assert r.llen("queue:default") == 1
+    assert r.llen("cli:done") == 0
+    worker.send(signal.SIGTERM)
+    assert worker.wait(5) == 0
+
+
+def test_sigttin_dumps_threads(r: redis.Redis, spawn: Callable[..., Worker]) -> None:
+    worker = spawn("-r", "clijobs")
+    registered_identity(r, worker)
+    worker.send(signal.SIGTTIN)
+    dumps = wait_for(lambda: [e for e in worker.events() if e.get("event") == "thread.dump"])
+    names = {e["thread"] for e in dumps}
+    assert "MainThread" in names
+    assert "wurk-heartbeat" in names
+    assert worker.proc.poll() is None
+    worker.send(signal.SIGTERM)
+    assert worker.wait(5) == 0
+
+
+def test_remote_tstp_through_redis(r: redis.Redis, spawn: Callable[..., Worker]) -> None:
+    worker = spawn("-r", "clijobs")
+    identity = registered_identity(r, worker)
+    r.lpush(f"{identity}-signals", "TSTP")
+    wait_for(lambda: r.hget(identity, "quiet") == "true")
+    r.lpush(f"{identity}-signals", "TERM")
+    assert worker.wait(5) == 0
+    assert r.smembers("processes") == set()
+
+
+def run_cli(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "wurk.cli", "run", *args], cwd=cwd, env=env,
+        capture_output=True, text=True, timeout=20, check=False,
+    )
+
+
+@pytest.mark.parametrize(("toml", "needle"), [
+    ('[wurk]\nconcurrency = "ten"\n', "concurrency"),
+    ("[wurk]\nconcurency = 3\n", "concurency"),
+    ("[wurk]\nshutdown_timeout = -1\n", "shutdown_timeout"),
+    ("[wurk\nconcurrency = 3\n", "invalid TOML"),
+])
+def test_bad_config_file_exits_78(redis_server: RedisServer, tmp_path: Path, toml: str,
+                                  needle: str) -> None:
+    path = tmp_path / "wurk.toml"
+    path.write_text(toml)
+    result = run_cli("--config", str(path), env=child_env(redis_server.url, tmp_path),
+                     cwd=tmp_path)
+    assert result.returncode == EX_CONFIG, result.stderr
+    assert needle in result.stderr
+    assert str(path) in result.stderr
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["-c", "0"], "concurrency"),
+    (["-t", "-5"], "shutdown_timeout"),
+    (["--log-level", "loud"], "log_level"),
+])
+def test_bad_flag_exits_78(redis_server: RedisServer, tmp_path: Path, args: list[str],
+                           needle: str) -> None:
+    result = run_cli(*args, env=child_env(redis_server.url, tmp_path), cwd=tmp_path)
+    assert result.returncode == EX_CONFIG, result.stderr
+    assert needle in result.stderr
+
+
+def test_bad_env_exits_78(redis_server: RedisServer, tmp_path: Path) -> None:
+    env = child_env(redis_server.url, tmp_path)
+    env["WURK_CONCURRENCY"] = "lots"
+    result = run_cli(env=env, cwd=tmp_path)
+    assert result.returncode == EX_CONFIG
+    assert "WURK_CONCURRENCY" in result.stderr
+
+
+def test_missing_job_module(redis_server: RedisServer, tmp_path: Path) -> None:
+    result = run_cli("-r", "no_such_module_for_wurk",
+                     env=child_env(redis_server.url, tmp_path), cwd=tmp_path)
+    assert result.returncode != 0
+    assert "no_such_module_for_wurk" in result.stderr
+    assert "cannot load jobs" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_job_module_that_raises_on_import(redis_server: RedisServer, tmp_path: Path) -> None:
+    (tmp_path / "broken_jobs.py").write_text("raise RuntimeError('kaboom at import')\n")
+    result = run_cli("-r", "broken_jobs", env=child_env(redis_server.url, tmp_path),
+                     cwd=tmp_path)
+    assert result.returncode != 0
+    assert "kaboom at import" in result.stderr
+    assert "broken_jobs" in result.stderr
+
+
+def test_job_module_by_path(r: redis.Redis, spawn: Callable[..., Worker],
+                            jobs_dir: Path) -> None:
+    push(r, "cli_echo", "by-path")
+    worker = spawn("-r", str(jobs_dir / "clijobs.py"))
+    wait_for(lambda: r.lrange("cli:done", 0, -1) == ["by-path"]
+             or worker.proc.poll() is not None)
+    assert worker.proc.poll() is None, worker.stderr()
+    worker.send(signal.SIGINT)
+    assert worker.wait(5) == 0

@@ -1,0 +1,273 @@
+"""The heartbeat as Sidekiq's API and Web UI read it (spec §8, §9, §10)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+from structlog.testing import capture_logs
+
+import wurk
+from wurk.config import Config
+from wurk.heartbeat import make_identity
+from wurk.job import JobFunction, registry
+from wurk.launcher import Launcher
+from wurk.version import __version__
+
+Launch = Callable[..., Launcher]
+IDENTITY = re.compile(r"^(?P<host>.+):(?P<pid>\d+):(?P<nonce>[0-9a-f]{12})$")
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 3.0, interval: float = 0.02) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        time.sleep(interval)
+
+
+@pytest.fixture
+def launch(config: Config) -> Iterator[Launch]:
+    started: list[Launcher] = []
+
+    def start(**kwargs: Any) -> Launcher:
+        launcher = Launcher(config, **kwargs)
+        started.append(launcher)
+        launcher.start()
+        return launcher
+
+    yield start
+    for launcher in started:
+        if not launcher.stopped.is_set():
+            launcher.stop(time.monotonic() + 1)
+
+
+@pytest.fixture
+def blocking_job() -> Iterator[tuple[JobFunction[..., Any], threading.Event, threading.Event]]:
+    """A job that signals it started and then waits (at most 3 s) to be released."""
+    started = threading.Event()
+    release = threading.Event()
+    name = f"hb_block_{uuid.uuid4().hex}"
+
+    @wurk.job(name=name)
+    def block(*_args: Any) -> None:
+        started.set()
+        release.wait(3)
+
+    yield block, started, release
+    release.set()
+    registry.discard(name)
+
+
+def signal_process(r: redis.Redis, identity: str, name: str) -> None:
+    """What Sidekiq's API does for Process#quiet! / #stop! / #dump_threads."""
+    with r.pipeline(transaction=True) as pipe:
+        pipe.lpush(f"{identity}-signals", name)
+        pipe.expire(f"{identity}-signals", 60)
+        pipe.execute()
+
+
+def test_make_identity_shape() -> None:
+    identity = make_identity()
+    match = IDENTITY.match(identity)
+    assert match is not None
+    assert int(match["pid"]) == os.getpid()
+    assert make_identity() != identity
+    assert make_identity("web.1", 42).startswith("web.1:42:")
+
+
+def test_identity_registered_with_a_full_hash(r: redis.Redis, config: Config,
+                                              launch: Launch) -> None:
+    config.tag = "mytag"
+    config.labels = ["blue"]
+    config.queues = ["critical:3", "default"]
+    config.concurrency = 4
+    before = time.time()
+    launcher = launch()
+    identity = launcher.identity
+    assert r.smembers("processes") == {identity}
+    match = IDENTITY.match(identity)
+    assert match is not None
+    assert match["host"] == (os.environ.get("DYNO") or socket.gethostname())
+    assert int(match["pid"]) == os.getpid()
+
+    fields = r.hgetall(identity)
+    for name in ("info", "busy", "beat", "quiet", "rss", "rtt_us", "concurrency"):
+        assert name in fields, name
+    assert fields["busy"] == "0"
+    assert fields["quiet"] == "false"
+    assert fields["concurrency"] == "4"
+    assert before - 1 <= float(fields["beat"]) <= time.time() + 1
+    assert "." in fields["beat"]
+    assert int(fields["rss"]) > 0
+    assert int(fields["rtt_us"]) >= 0
+    assert 0 < r.ttl(identity) <= 60
+
+    info = json.loads(fields["info"])
+    assert info["hostname"] == match["host"]
+    assert isinstance(info["started_at"], float)
+    assert before - 1 <= info["started_at"] <= time.time()
+    assert info["pid"] == os.getpid()
+    assert info["tag"] == "mytag"
+    assert info["concurrency"] == 4
+    assert info["queues"] == ["critical", "default"]
+    assert info["weights"] == [{"critical": 3, "default": 1}]
+    assert info["labels"] == ["blue"]
+    assert info["identity"] == identity
+    assert info["version"] == __version__
+    assert info["embedded"] is False
+    assert info["capsules"] == {"default": {"concurrency": 4, "mode": "weighted",
+                                            "weights": {"critical": 3, "default": 1}}}
+
+    # It keeps beating.
+    first_beat = float(fields["beat"])
+    wait_for(lambda: float(r.hget(identity, "beat") or 0) > first_beat, timeout=2)
+
+
+def test_strict_queues_in_info(r: redis.Redis, config: Config, launch: Launch) -> None:
+    config.queues = ["a", "b", "a"]
+    launcher = launch()
+    info = json.loads(r.hget(launcher.identity, "info") or "{}")
+    assert info["queues"] == ["a", "b"]
+    assert info["capsules"]["default"]["mode"] == "strict"
+
+
+def test_in_flight_job_in_both_work_hashes(r: redis.Redis, config: Config, launch: Launch,
+                                           blocking_job: Any) -> None:
+    job, started, release = blocking_job
+    config.shutdown_timeout = 0.3
+    jid = job.perform_async("x")
+    raw = r.lindex("queue:default", -1)
+    launcher = launch()
+    identity = launcher.identity
+    assert started.wait(3)
+    for key in (f"{identity}:workers", f"{identity}:work"):
+        entries = wait_for(lambda key=key: r.hgetall(key), timeout=2)
+        assert len(entries) == 1
+        value = json.loads(next(iter(entries.values())))
+        assert value["queue"] == "default"
+        assert isinstance(value["payload"], str)
+        assert value["payload"] == raw
+        assert json.loads(value["payload"])["jid"] == jid
+        assert isinstance(value["run_at"], int)
+        assert abs(value["run_at"] - time.time()) < 5
+        assert 0 < r.ttl(key) <= 60
+    wait_for(lambda: r.hget(identity, "busy") == "1", timeout=2)
+
+    # Stop while it still runs: the job goes back, the process says goodbye.
+    assert launcher.stop() == 1
+    release.set()
+    wait_for(lambda: all(not t.is_alive() for t in launcher.manager._threads))
+    assert identity not in r.smembers("processes")
+    assert not r.exists(f"{identity}:workers")
+    assert not r.exists(f"{identity}:work")
+    assert r.exists(identity)
+    assert 0 < r.ttl(identity) <= 60
+    assert r.lrange("queue:default", 0, -1) == [raw]
+
+
+def test_work_hashes_cleared_when_idle(r: redis.Redis, launch: Launch,
+                                       blocking_job: Any) -> None:
+    job, started, release = blocking_job
+    job.perform_async()
+    launcher = launch()
+    identity = launcher.identity
+    assert started.wait(3)
+    wait_for(lambda: r.exists(f"{identity}:work"), timeout=2)
+    release.set()
+    wait_for(lambda: not r.exists(f"{identity}:work", f"{identity}:workers"), timeout=2)
+    wait_for(lambda: r.hget(identity, "busy") == "0", timeout=2)
+
+
+def test_stop_flushes_stats_and_leaves(r: redis.Redis, config: Config,
+                                       launch: Launch) -> None:
+    config.heartbeat_interval = 30  # only the first beat and the goodbye
+    lock = threading.Lock()
+    ran: list[int] = []
+    name = f"hb_count_{uuid.uuid4().hex}"
+
+    @wurk.job(name=name, retry=False)
+    def count(value: int) -> None:
+        with lock:
+            ran.append(value)
+        if value == 0:
+            raise ValueError("zero")
+
+    try:
+        for value in (0, 1, 2):
+            count.perform_async(value)
+        launcher = launch()
+        wait_for(lambda: len(ran) == 3)
+        time.sleep(0.1)
+        assert int(r.get("stat:processed") or 0) == 0
+        launcher.stop()
+    finally:
+        registry.discard(name)
+    assert int(r.get("stat:processed") or 0) == 3
+    assert int(r.get("stat:failed") or 0) == 1
+    assert launcher.identity not in r.smembers("processes")
+    assert r.exists(launcher.identity)
+    assert 0 < r.ttl(launcher.identity) <= 60
+
+
+def test_remote_tstp_quiets_the_process(r: redis.Redis, launch: Launch) -> None:
+    launcher = launch()
+    identity = launcher.identity
+    signal_process(r, identity, "TSTP")
+    wait_for(lambda: r.hget(identity, "quiet") == "true", timeout=2)
+    assert r.llen(f"{identity}-signals") == 0
+    assert launcher.manager.quieting
+    wait_for(lambda: all(not t.is_alive() for t in launcher.manager._threads), timeout=2)
+    # Still registered and beating, but no longer fetching.
+    assert identity in r.smembers("processes")
+    r.lpush("queue:default", json.dumps({"class": "Whatever", "args": [], "jid": "0" * 24,
+                                         "queue": "default", "retry": True}))
+    time.sleep(0.5)
+    assert r.llen("queue:default") == 1
+    assert r.hget(identity, "quiet") == "true"
+
+
+def test_remote_term_asks_the_owner_to_stop(r: redis.Redis, launch: Launch) -> None:
+    asked = threading.Event()
+    launcher = launch(on_stop_request=asked.set)
+    signal_process(r, launcher.identity, "TERM")
+    assert asked.wait(2), "on_stop_request was not called"
+    # Stopping is the owner's call: the launcher is still up.
+    assert not launcher.stopped.is_set()
+    assert launcher.identity in r.smembers("processes")
+
+
+def test_remote_term_without_an_owner_stops_the_launcher(r: redis.Redis,
+                                                         launch: Launch) -> None:
+    launcher = launch()
+    signal_process(r, launcher.identity, "TERM")
+    assert launcher.stopped.wait(3)
+    wait_for(lambda: launcher.identity not in r.smembers("processes"), timeout=2)
+
+
+def test_remote_ttin_dumps_threads_and_unknown_signals_are_ignored(
+        r: redis.Redis, launch: Launch) -> None:
+    launcher = launch()
+    with capture_logs() as logs:
+        signal_process(r, launcher.identity, "BOGUS")
+        signal_process(r, launcher.identity, "TTIN")
+        wait_for(lambda: any(e["event"] == "thread.dump" for e in logs), timeout=3)
+    events = [e["event"] for e in logs]
+    assert "heartbeat.unknown_signal" in events
+    dumped = {e["thread"] for e in logs if e["event"] == "thread.dump"}
+    assert "wurk-heartbeat" in dumped
+    assert any(name.startswith("wurk-processor-") for name in dumped)
+    assert not launcher.stopped.is_set()
+    assert r.hget(launcher.identity, "quiet") == "false"

@@ -1,0 +1,229 @@
+"""The scheduler poller: interval spread, moving due jobs, and a job run on time (spec §5)."""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+
+import wurk
+from wurk.config import Config
+from wurk.job import registry
+from wurk.launcher import Launcher
+from wurk.payload import new_jid
+from wurk.scheduled import Poller, random_poll_interval
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 3.0, interval: float = 0.02) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        time.sleep(interval)
+
+
+class FixedRng(random.Random):
+    def __init__(self, value: float) -> None:
+        super().__init__()
+        self.value = value
+
+    def random(self) -> float:
+        return self.value
+
+
+# -- random_poll_interval ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("count", [0, 1, 5, 9])
+def test_poll_interval_below_ten_processes(count: int) -> None:
+    rng = random.Random(count)
+    samples = [random_poll_interval(4.0, count, rng) for _ in range(2000)]
+    assert all(2.0 <= s <= 6.0 for s in samples)
+    assert min(samples) < 2.1
+    assert max(samples) > 5.9
+    assert random_poll_interval(4.0, count, FixedRng(0.0)) == 2.0
+    assert random_poll_interval(4.0, count, FixedRng(0.5)) == 4.0
+
+
+@pytest.mark.parametrize("count", [10, 11, 50])
+def test_poll_interval_ten_or_more_processes(count: int) -> None:
+    rng = random.Random(count)
+    samples = [random_poll_interval(4.0, count, rng) for _ in range(2000)]
+    assert all(0.0 <= s < 4.0 for s in samples)
+    assert min(samples) < 0.1
+    assert max(samples) > 3.9
+    assert random_poll_interval(4.0, count, FixedRng(0.0)) == 0.0
+
+
+# -- enqueue_due -----------------------------------------------------------------------------
+
+
+def stored(**extra: Any) -> dict[str, Any]:
+    job: dict[str, Any] = {"retry": True, "queue": "default", "class": "SchedJob",
+                           "args": [1, {"k": "v"}], "jid": new_jid(),
+                           "created_at": 1700000000.125}
+    job.update(extra)
+    return job
+
+
+def zadd_job(r: redis.Redis, key: str, job: dict[str, Any], at: float) -> str:
+    raw = json.dumps(job)
+    r.zadd(key, {raw: at})
+    return raw
+
+
+def queue_jobs(r: redis.Redis, name: str) -> list[dict[str, Any]]:
+    """Oldest first (the right end of the list is the next to run)."""
+    return [json.loads(x) for x in reversed(r.lrange(f"queue:{name}", 0, -1))]
+
+
+def test_enqueue_due_moves_due_jobs_and_keeps_their_fields(r: redis.Redis,
+                                                           config: Config) -> None:
+    now = time.time()
+    retry_job = stored(queue="mail", retry_count=2, error_message="boom", error_class="E",
+                       failed_at=now - 100, bid="batch-1", tags=["a"], enqueued_at=now - 200)
+    sched_job = stored(queue="mail", unique_for=30, custom={"nested": [1, 2]})
+    zadd_job(r, "retry", retry_job, now - 5)
+    zadd_job(r, "schedule", sched_job, now - 1)
+    poller = Poller(config)
+    before = time.time()
+    assert poller.enqueue_due() == 2
+    after = time.time()
+    assert r.zcard("retry") == 0
+    assert r.zcard("schedule") == 0
+    assert "mail" in r.smembers("queues")
+    moved = queue_jobs(r, "mail")
+    # retry is swept before schedule, so it sits at the older end.
+    assert [j["jid"] for j in moved] == [retry_job["jid"], sched_job["jid"]]
+    for original, job in zip((retry_job, sched_job), moved, strict=True):
+        assert before <= job["enqueued_at"] <= after
+        assert isinstance(job["enqueued_at"], float)
+        rest = {k: v for k, v in job.items() if k != "enqueued_at"}
+        expected = {k: v for k, v in original.items() if k != "enqueued_at"}
+        assert rest == expected
+
+
+def test_enqueue_due_leaves_future_jobs(r: redis.Redis, config: Config) -> None:
+    now = time.time()
+    due = stored()
+    later_raw = zadd_job(r, "schedule", stored(), now + 60)
+    later_retry = zadd_job(r, "retry", stored(), now + 60)
+    zadd_job(r, "schedule", due, now - 0.5)
+    assert Poller(config).enqueue_due() == 1
+    assert r.zrange("schedule", 0, -1) == [later_raw]
+    assert r.zrange("retry", 0, -1) == [later_retry]
+    assert [j["jid"] for j in queue_jobs(r, "default")] == [due["jid"]]
+
+
+def test_enqueue_due_with_an_explicit_now(r: redis.Redis, config: Config) -> None:
+    now = time.time()
+    zadd_job(r, "schedule", stored(), now + 3600)
+    poller = Poller(config)
+    assert poller.enqueue_due(now=now) == 0
+    assert poller.enqueue_due(now=now + 7200) == 1
+    assert r.llen("queue:default") == 1
+
+
+def test_malformed_member_goes_to_dead_and_the_sweep_goes_on(r: redis.Redis,
+                                                             config: Config) -> None:
+    now = time.time()
+    r.zadd("schedule", {"this is {not json": now - 10})
+    r.zadd("retry", {"[1, 2, 3]": now - 10})
+    good = stored()
+    zadd_job(r, "schedule", good, now - 5)
+    assert Poller(config).enqueue_due() == 1
+    assert set(r.zrange("dead", 0, -1)) == {"this is {not json", "[1, 2, 3]"}
+    assert r.zcard("schedule") == 0
+    assert r.zcard("retry") == 0
+    assert [j["jid"] for j in queue_jobs(r, "default")] == [good["jid"]]
+
+
+@pytest.mark.parametrize("bad", [
+    {"class": "SchedJob", "args": [], "queue": 5},
+    {"class": "SchedJob", "args": [], "queue": ""},
+    {"class": "SchedJob", "args": [], "at": "soon"},
+    {"class": "", "args": []},
+])
+def test_unpushable_member_goes_to_dead_not_lost(r: redis.Redis, config: Config,
+                                                 bad: dict[str, Any]) -> None:
+    now = time.time()
+    raw = zadd_job(r, "retry", bad, now - 10)
+    good = stored()
+    zadd_job(r, "retry", good, now - 5)
+    assert Poller(config).enqueue_due() == 1
+    assert r.zrange("dead", 0, -1) == [raw]
+    assert r.zcard("retry") == 0
+    assert [j["jid"] for j in queue_jobs(r, "default")] == [good["jid"]]
+
+
+def test_poller_thread_moves_due_jobs_and_stop_joins_it(r: redis.Redis,
+                                                        config: Config) -> None:
+    poller = Poller(config)
+    poller.start()
+    thread = poller._thread
+    assert thread is not None and thread.is_alive()
+    try:
+        zadd_job(r, "schedule", stored(), time.time() - 1)
+        wait_for(lambda: r.llen("queue:default") == 1, timeout=2)
+    finally:
+        poller.stop()
+    assert not thread.is_alive()
+    assert poller._thread is None
+    # stop is terminal: a later sweep moves nothing.
+    zadd_job(r, "schedule", stored(), time.time() - 1)
+    assert poller.enqueue_due() == 0
+    assert r.zcard("schedule") == 1
+
+
+def test_stop_without_start_is_harmless(config: Config) -> None:
+    poller = Poller(config)
+    poller.stop()
+    assert poller._thread is None
+
+
+# -- end to end ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def launcher(config: Config) -> Iterator[Launcher]:
+    instance = Launcher(config)
+    yield instance
+    if not instance.stopped.is_set():
+        instance.stop(time.monotonic() + 1)
+
+
+def test_perform_in_runs_when_due(r: redis.Redis, config: Config, launcher: Launcher) -> None:
+    name = f"sched_e2e_{uuid.uuid4().hex}"
+    ran: list[tuple[float, list[Any]]] = []
+    done = threading.Event()
+
+    @wurk.job(name=name)
+    def scheduled_job(*args: Any) -> None:
+        ran.append((time.time(), list(args)))
+        done.set()
+
+    try:
+        pushed_at = time.time()
+        jid = scheduled_job.perform_in(0.5, "hello", 2)
+        entry = json.loads(r.zrange("schedule", 0, -1)[0])
+        assert entry["jid"] == jid
+        assert "enqueued_at" not in entry
+        assert "at" not in entry
+        launcher.start()
+        assert done.wait(3.0), "scheduled job did not run"
+        ran_at, args = ran[0]
+        assert args == ["hello", 2]
+        assert ran_at >= pushed_at + 0.45
+        assert r.zcard("schedule") == 0
+    finally:
+        registry.discard(name)
