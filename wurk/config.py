@@ -61,6 +61,16 @@ class Config:
     poll_interval_average: float | None = None
     heartbeat_interval: float = 5.0
     fetch_timeout: float = 2.0
+    # Reliable fetch keeps each claimed job in a private list until it is
+    # acknowledged, so a killed process loses nothing.
+    reliable_fetch: bool = True
+    # With several queues, how long an idle fetcher blocks on the first one
+    # before looking at the others again.
+    reliable_poll_interval: float = 0.25
+    # How often a process looks for dead processes' private lists.
+    reaper_interval: float = 60.0
+    # A job recovered from dead processes more often than this is a poison pill.
+    max_recoveries: int = 3
     redis_pool_size: int | None = None
     redis_connect_timeout: float = 1.0
     redis_read_timeout: float = 2.5
@@ -166,6 +176,10 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "poll_interval_average": (int, float, type(None)),
     "heartbeat_interval": (int, float),
     "fetch_timeout": (int, float),
+    "reliable_fetch": (bool,),
+    "reliable_poll_interval": (int, float),
+    "reaper_interval": (int, float),
+    "max_recoveries": (int,),
     "redis_pool_size": (int, type(None)),
     "redis_connect_timeout": (int, float),
     "redis_read_timeout": (int, float),
@@ -180,7 +194,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
 def check_type(name: str, value: Any, source: str) -> None:
     allowed = _TYPES[name]
     # bool is an int subclass; "concurrency = true" is a mistake, not 1.
-    if isinstance(value, bool) or not isinstance(value, allowed):
+    if (isinstance(value, bool) and bool not in allowed) or not isinstance(value, allowed):
         wanted = " or ".join(t.__name__ for t in allowed)
         raise ConfigError(f"{source}: {name} must be {wanted}, got {value!r}")
     if isinstance(value, list) and not all(isinstance(v, str) for v in value):
@@ -195,10 +209,11 @@ _CHOICES = {
     "log_level": ("debug", "info", "warning", "error", "critical"),
 }
 _AT_LEAST_ONE = ("concurrency", "redis_retry_attempts", "redis_pool_size")
-_NON_NEGATIVE = ("shutdown_timeout", "dead_timeout", "max_retries", "dead_max_jobs")
+_NON_NEGATIVE = ("shutdown_timeout", "dead_timeout", "max_retries", "dead_max_jobs",
+                 "max_recoveries")
 _POSITIVE = ("heartbeat_interval", "fetch_timeout", "average_scheduled_poll_interval",
              "poll_interval_average", "redis_connect_timeout", "redis_read_timeout",
-             "redis_retry_cap")
+             "redis_retry_cap", "reliable_poll_interval", "reaper_interval")
 _URL_SCHEMES = ("redis://", "rediss://", "unix://")
 
 
@@ -265,6 +280,8 @@ def coerce(name: str, raw: str) -> Any:
     allowed = _TYPES[name]
     where = f"environment: WURK_{name.upper()}"
     try:
+        if bool in allowed:
+            return _parse_bool(raw)
         if list in allowed:
             return [part.strip() for part in raw.split(",") if part.strip()]
         if int in allowed and float not in allowed:
@@ -276,6 +293,15 @@ def coerce(name: str, raw: str) -> Any:
         wanted = " or ".join(t.__name__ for t in allowed if t is not type(None))
         raise ConfigError(f"{where} must be {wanted}, got {raw!r}") from None
     return raw
+
+
+def _parse_bool(raw: str) -> bool:
+    text = raw.strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(raw)
 
 
 _default: Config | None = None

@@ -82,7 +82,13 @@ class BasicFetch:
         key, raw = reply
         return UnitOfWork(key.decode()[len("queue:"):], raw)
 
-    def acknowledge(self, work: UnitOfWork) -> None:
+    def start(self) -> None:
+        """Nothing to start: each processor thread fetches for itself."""
+
+    def stop(self) -> None:
+        """Nothing to hand back: a BRPOP takes one job for a thread that runs it."""
+
+    def acknowledge(self, work: UnitOfWork, jid: str | None = None) -> None:
         """Nothing to do: BRPOP already removed the job from Redis."""
 
     def requeue(self, works: Iterable[UnitOfWork]) -> int:

@@ -45,3 +45,31 @@ def work(identity: str) -> str:
 
 def signals(identity: str) -> str:
     return f"{identity}-signals"
+
+
+# Reliable fetch (wurk's own names; never Sidekiq Pro's ``queue:sq|*``).
+WIP_OWNERS = "wurk:wip:owners"
+REAPER_LOCK = "wurk:reaper-lock"
+# Poison-pill counters live this long after a job's last recovery.
+PILL_TTL = 72 * 3600
+
+
+def wip_prefix(identity: str) -> str:
+    return f"wurk:wip:{identity}:"
+
+
+def wip(identity: str, queue: str) -> str:
+    """The private list holding the jobs ``identity`` took from ``queue``."""
+    return f"{wip_prefix(identity)}{queue}"
+
+
+def wip_queues(identity: str) -> str:
+    """The set of queue names ``identity`` has private lists for."""
+    return f"wurk:wip-queues:{identity}"
+
+
+PILL_PREFIX = "wurk:pill:"
+
+
+def pill(jid: str) -> str:
+    return f"{PILL_PREFIX}{jid}"

@@ -51,3 +51,101 @@ end
 return nil
 """,
 )
+
+
+# Reliable fetch, one round trip: first settle acknowledgements (remove each
+# finished job from its private list and retire its poison-pill counter),
+# then move up to ``want`` jobs from the queues, in the order given, skipping
+# paused ones, into this process's private lists.
+# KEYS: paused set, owners set, the identity's wip-queues set, then per queue
+#       its queue list and private list.
+# ARGV: identity, want, queue count n, n queue names, then ack triples
+#       (private list, raw payload, pill key or "").
+CLAIM = Script(
+    "claim",
+    """
+local identity, want, n = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local i = 4 + n
+while i <= #ARGV do
+  redis.call("lrem", ARGV[i], -1, ARGV[i + 1])
+  if ARGV[i + 2] ~= "" then redis.call("del", ARGV[i + 2]) end
+  i = i + 3
+end
+local out = {}
+if want <= 0 then return out end
+redis.call("sadd", KEYS[2], identity)
+for q = 1, n do
+  local name = ARGV[3 + q]
+  if redis.call("sismember", KEYS[1], name) == 0 then
+    local src, dst = KEYS[2 + 2 * q], KEYS[3 + 2 * q]
+    local job = redis.call("rpoplpush", src, dst)
+    if job then redis.call("sadd", KEYS[3], name) end
+    while job do
+      out[#out + 1] = name
+      out[#out + 1] = job
+      want = want - 1
+      if want == 0 then return out end
+      job = redis.call("rpoplpush", src, dst)
+    end
+  end
+end
+return out
+""",
+)
+
+# Give jobs back: for each (private list, queue list, raw) remove the job from
+# the private list and, only if it was there, push it to the oldest end of its
+# queue. A job already acknowledged or recovered is not pushed twice.
+REQUEUE = Script(
+    "requeue",
+    """
+local moved = 0
+for i = 1, #ARGV, 3 do
+  if redis.call("lrem", ARGV[i], -1, ARGV[i + 2]) > 0 then
+    redis.call("rpush", ARGV[i + 1], ARGV[i + 2])
+    moved = moved + 1
+  end
+end
+return moved
+""",
+)
+
+# Recover a dead process's private lists. Each job's poison-pill counter goes
+# up; a job recovered more than ARGV[3] times goes to the dead set instead of
+# back to its queue. Newest first, so the oldest ends nearest the fetch end.
+# KEYS: owners set, the identity's wip-queues set, dead set, queues set.
+# ARGV: identity, private-list prefix, max recoveries, pill prefix, pill TTL,
+#       now (score), dead cutoff score, dead max jobs.
+RECOVER = Script(
+    "recover",
+    """
+local recovered, killed = 0, 0
+for _, q in ipairs(redis.call("smembers", KEYS[2])) do
+  local wip = ARGV[2] .. q
+  local job = redis.call("lpop", wip)
+  while job do
+    local ok, decoded = pcall(cjson.decode, job)
+    local jid = ok and type(decoded) == "table" and decoded["jid"]
+    local count = 0
+    if type(jid) == "string" then
+      count = redis.call("incr", ARGV[4] .. jid)
+      redis.call("expire", ARGV[4] .. jid, ARGV[5])
+    end
+    if count > tonumber(ARGV[3]) then
+      redis.call("zadd", KEYS[3], ARGV[6], job)
+      redis.call("zremrangebyscore", KEYS[3], "-inf", ARGV[7])
+      redis.call("zremrangebyrank", KEYS[3], 0, -tonumber(ARGV[8]))
+      killed = killed + 1
+    else
+      redis.call("sadd", KEYS[4], q)
+      redis.call("rpush", "queue:" .. q, job)
+      recovered = recovered + 1
+    end
+    job = redis.call("lpop", wip)
+  end
+end
+redis.call("del", KEYS[2])
+redis.call("srem", KEYS[1], ARGV[1])
+return {recovered, killed}
+""",
+)

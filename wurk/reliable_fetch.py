@@ -1,0 +1,253 @@
+"""Reliable fetch: a job leaves Redis only when its processor acknowledges it.
+
+Duties:
+1. One fetcher thread per process claims jobs for the processor threads that
+   are waiting, moving them atomically (CLAIM script) from their queue to a
+   private list owned by this process's identity; acknowledgements waiting to
+   be sent ride along in the same round trip. When every queue is empty it
+   blocks on BRPOPLPUSH instead of polling.
+2. ``acknowledge`` removes a finished job from the private list and retires
+   its poison-pill counter (batched with the next claim, or sent at once by
+   the processor when the fetcher is blocked).
+3. ``requeue`` gives unfinished jobs back to their queues (REQUEUE script),
+   so a stop or a failed retry write never loses one.
+4. After a claim whose reply was lost, ``resync`` gives back whatever sits in
+   the private lists that this process does not know it holds.
+
+Recovering a dead process's lists is the reaper's job (wurk.reaper).
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from wurk import keys
+from wurk.fetch import PausedQueues, UnitOfWork
+from wurk.logging import get_logger
+from wurk.lua import CLAIM, REQUEUE
+from wurk.redis_pool import ErrorKind, classify
+
+if TYPE_CHECKING:
+    from wurk.config import Config
+    from wurk.queues import QueuePlan
+
+log = get_logger("wurk.fetch")
+ERROR_PAUSE = 1.0
+
+
+class ReliableFetch:
+    def __init__(self, config: Config, plan: QueuePlan, identity: str) -> None:
+        self.config = config
+        self.plan = plan
+        self.identity = identity
+        self._cond = threading.Condition(threading.Lock())
+        self._ready: collections.deque[UnitOfWork] = collections.deque()
+        self._acks: list[tuple[UnitOfWork, str | None]] = []
+        self._held: collections.Counter[tuple[str, bytes]] = collections.Counter()
+        self._waiting = 0
+        self._blocking = False
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self._resync_pending = False
+        self.paused = PausedQueues(config)
+        single = len(plan.names) == 1
+        # With one queue a blocking move waits on all our work; with several
+        # it can only wait on one, so it wakes often enough to look at the rest.
+        self._block_seconds = config.fetch_timeout if single else min(
+            config.fetch_timeout, config.reliable_poll_interval)
+
+    # -- lifecycle ------------------------------------------------------------
+    def start(self) -> None:
+        self.config.pool.pipeline(
+            [("SADD", keys.WIP_OWNERS, self.identity),
+             ("SADD", keys.wip_queues(self.identity), *self.plan.names)], idempotent=True)
+        self._thread = threading.Thread(target=self._loop, name="wurk-fetcher", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop claiming; hand back claimed-but-unstarted jobs and flush acks."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(self.config.fetch_timeout + self.config.redis_read_timeout + 1)
+        with self._cond:
+            unstarted = list(self._ready)
+            self._ready.clear()
+        self._flush_acks()
+        if unstarted:
+            self.requeue(unstarted)
+
+    # -- the processor side ---------------------------------------------------
+    def fetch(self) -> UnitOfWork | None:
+        deadline = time.monotonic() + self.config.fetch_timeout
+        with self._cond:
+            self._waiting += 1
+            self._cond.notify_all()
+            try:
+                while not self._ready and not self._stopping:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return None
+                    self._cond.wait(remaining)
+                return self._ready.popleft() if self._ready else None
+            finally:
+                self._waiting -= 1
+
+    def acknowledge(self, work: UnitOfWork, jid: str | None = None) -> None:
+        with self._cond:
+            self._acks.append((work, jid))
+            direct = self._blocking or self._stopping
+            self._cond.notify_all()
+        if direct:
+            self._flush_acks()
+
+    def requeue(self, works: Iterable[UnitOfWork]) -> int:
+        works = list(works)
+        if not works:
+            return 0
+        args: list[Any] = []
+        for work in works:
+            args += [keys.wip(self.identity, work.queue), keys.queue(work.queue), work.raw]
+        moved: int = self.config.pool.run(lambda c: REQUEUE.run(c, [], args), idempotent=True)
+        with self._cond:
+            for work in works:
+                self._release(work)
+        return moved
+
+    # -- the fetcher thread --------------------------------------------------
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._stopping and not self._acks and \
+                        self._waiting <= len(self._ready):
+                    self._cond.wait()
+                if self._stopping:
+                    return
+                want = max(0, self._waiting - len(self._ready))
+                acks, self._acks = self._acks, []
+            try:
+                claimed = self._claim(want, acks)
+                if want and not claimed:
+                    self._block()
+            except Exception as exc:  # noqa: BLE001 - keep fetching through Redis trouble
+                self._recover_from(exc, acks)
+
+    def _claim(self, want: int, acks: list[tuple[UnitOfWork, str | None]]) -> int:
+        names = self.plan.order()
+        keys_: list[str] = [keys.PAUSED, keys.WIP_OWNERS, keys.wip_queues(self.identity)]
+        for name in names:
+            keys_ += [keys.queue(name), keys.wip(self.identity, name)]
+        args: list[Any] = [self.identity, want, len(names), *names]
+        for work, jid in acks:
+            args += [keys.wip(self.identity, work.queue), work.raw, keys.pill(jid) if jid else ""]
+        reply = self.config.pool.run(lambda c: CLAIM.run(c, keys_, args))
+        with self._cond:
+            for work, _ in acks:
+                self._release(work)
+            for i in range(0, len(reply), 2):
+                self._hand_over(UnitOfWork(reply[i].decode(), reply[i + 1]))
+        return len(reply) // 2
+
+    def _block(self) -> None:
+        """Wait for work on the first unpaused queue (or just wait, if all are paused)."""
+        paused = self.paused.current()
+        name = next((q for q in self.plan.order() if q not in paused), None)
+        if name is None:
+            with self._cond:
+                self._cond.wait(self._block_seconds)
+            return
+        with self._cond:
+            self._blocking = True
+        try:
+            raw = self.config.pool.run(lambda c: c.call(
+                "BRPOPLPUSH", keys.queue(name), keys.wip(self.identity, name),
+                _block_arg(self._block_seconds),
+                timeout=self._block_seconds + self.config.redis_read_timeout))
+        finally:
+            with self._cond:
+                self._blocking = False
+        if raw is not None:
+            with self._cond:
+                self._hand_over(UnitOfWork(name, raw))
+
+    def _hand_over(self, work: UnitOfWork) -> None:
+        """Caller holds the lock."""
+        self._held[(work.queue, work.raw)] += 1
+        self._ready.append(work)
+        self._cond.notify_all()
+
+    def _release(self, work: UnitOfWork) -> None:
+        """Caller holds the lock."""
+        key = (work.queue, work.raw)
+        self._held[key] -= 1
+        if self._held[key] <= 0:
+            del self._held[key]
+
+    def _flush_acks(self) -> None:
+        with self._cond:
+            acks, self._acks = self._acks, []
+        if not acks:
+            return
+        args: list[Any] = [self.identity, 0, 0]
+        for work, jid in acks:
+            args += [keys.wip(self.identity, work.queue), work.raw, keys.pill(jid) if jid else ""]
+        try:
+            # Removing a finished job twice removes nothing more: safe to replay.
+            self.config.pool.run(lambda c: CLAIM.run(c, [keys.PAUSED, keys.WIP_OWNERS,
+                                                         keys.wip_queues(self.identity)], args),
+                                 idempotent=True)
+        except Exception as exc:  # noqa: BLE001
+            log.error("fetch.ack_failed", jobs=len(acks), error=f"{type(exc).__name__}: {exc}")
+            with self._cond:
+                self._acks = acks + self._acks
+            return
+        with self._cond:
+            for work, _ in acks:
+                self._release(work)
+
+    def _recover_from(self, exc: Exception, acks: list[tuple[UnitOfWork, str | None]]) -> None:
+        log.error("fetch.error", error=f"{type(exc).__name__}: {exc}")
+        with self._cond:
+            # Acks are safe to send again; claims that may have landed are
+            # found by resync once Redis answers.
+            self._acks = acks + self._acks
+        self._resync_pending |= classify(exc) is ErrorKind.IO
+        time.sleep(ERROR_PAUSE)
+        if self._resync_pending:
+            try:
+                self.resync()
+            except Exception as again:  # noqa: BLE001
+                log.error("fetch.resync_failed", error=f"{type(again).__name__}: {again}")
+            else:
+                self._resync_pending = False
+
+    def resync(self) -> int:
+        """Give back private-list entries this process does not know it holds."""
+        lists = [keys.wip(self.identity, name) for name in self.plan.names]
+        contents = self.config.pool.pipeline([("LRANGE", k, 0, -1) for k in lists],
+                                             idempotent=True)
+        with self._cond:
+            known = collections.Counter(self._held)
+        strays: list[UnitOfWork] = []
+        for name, entries in zip(self.plan.names, contents, strict=True):
+            for raw in entries:
+                if known[(name, raw)] > 0:
+                    known[(name, raw)] -= 1
+                else:
+                    strays.append(UnitOfWork(name, raw))
+        if strays:
+            args: list[Any] = []
+            for work in strays:
+                args += [keys.wip(self.identity, work.queue), keys.queue(work.queue), work.raw]
+            self.config.pool.run(lambda c: REQUEUE.run(c, [], args), idempotent=True)
+            log.warning("fetch.resynced", jobs=len(strays))
+        return len(strays)
+
+
+def _block_arg(seconds: float) -> int | float:
+    return int(seconds) if float(seconds).is_integer() else seconds
