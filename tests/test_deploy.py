@@ -65,7 +65,8 @@ def test_kubernetes_grace_period_covers_the_drain_and_memory_limit_the_children(
     topology = parse(tomllib.loads(configmap["data"]["topology.toml"]), Path("configmap"))
     deployment = yaml.safe_load((K8S / "deployment.yaml").read_text())
     pod = deployment["spec"]["template"]["spec"]
-    assert pod["terminationGracePeriodSeconds"] > topology.shutdown_timeout + topology.shutdown_grace
+    parent_drain = topology.shutdown_timeout + topology.shutdown_grace
+    assert pod["terminationGracePeriodSeconds"] > parent_drain
     container = pod["containers"][0]
     limit = container["resources"]["limits"]["memory"]
     assert limit.endswith("Gi")
