@@ -263,7 +263,9 @@ def test_remote_ttin_dumps_threads_and_unknown_signals_are_ignored(
     with capture_logs() as logs:
         signal_process(r, launcher.identity, "BOGUS")
         signal_process(r, launcher.identity, "TTIN")
-        wait_for(lambda: any(e["event"] == "thread.dump" for e in logs), timeout=3)
+        wait_for(lambda: any(e["event"] == "thread.dump"
+                             and e["thread"].startswith("wurk-processor-")
+                             for e in logs), timeout=3)
     events = [e["event"] for e in logs]
     assert "heartbeat.unknown_signal" in events
     dumped = {e["thread"] for e in logs if e["event"] == "thread.dump"}

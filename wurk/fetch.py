@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from wurk import keys
 from wurk.queues import QueuePlan
@@ -35,6 +35,17 @@ class UnitOfWork:
 
     def requeue_command(self) -> tuple[Any, ...]:
         return ("RPUSH", keys.queue(self.queue), self.raw)
+
+
+class Fetch(Protocol):
+    """What processors need from a fetch strategy (basic or reliable)."""
+
+    def start(self) -> None: ...
+    def quiet(self) -> None: ...
+    def stop(self) -> None: ...
+    def fetch(self) -> UnitOfWork | None: ...
+    def acknowledge(self, work: UnitOfWork, jid: str | None = None) -> None: ...
+    def requeue(self, works: Iterable[UnitOfWork]) -> int: ...
 
 
 class PausedQueues:
@@ -84,6 +95,9 @@ class BasicFetch:
 
     def start(self) -> None:
         """Nothing to start: each processor thread fetches for itself."""
+
+    def quiet(self) -> None:
+        """Nothing to do: each thread stops asking once the manager is quiet."""
 
     def stop(self) -> None:
         """Nothing to hand back: a BRPOP takes one job for a thread that runs it."""

@@ -58,12 +58,13 @@ def stats_commands(processed: int, failed: int, day: str) -> list[tuple[Any, ...
 class Heartbeat:
     def __init__(self, config: Config, plan: QueuePlan, *, counters: Counters,
                  in_flight: InFlightTable, on_signal: Callable[[str], None],
-                 extra_info: dict[str, Any] | None = None) -> None:
+                 extra_info: dict[str, Any] | None = None,
+                 identity: str | None = None) -> None:
         self.config = config
         self.counters = counters
         self.in_flight = in_flight
         self.on_signal = on_signal
-        self.identity = make_identity()
+        self.identity = identity or make_identity()
         self.quiet = False
         self.info = self._info(plan, extra_info or {})
         self._info_json = dumps(self.info)

@@ -20,11 +20,12 @@ import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from wurk.heartbeat import Heartbeat
+from wurk.heartbeat import Heartbeat, make_identity
 from wurk.job import Registry, registry
 from wurk.logging import get_logger
 from wurk.manager import Manager
 from wurk.queues import parse_queues
+from wurk.reaper import Reaper, recover
 from wurk.scheduled import Poller
 
 if TYPE_CHECKING:
@@ -39,11 +40,14 @@ class Launcher:
                  extra_info: dict[str, Any] | None = None) -> None:
         self.config = config
         plan = parse_queues(config.queues)
-        self.manager = Manager(config, plan, jobs or registry)
+        identity = make_identity()
+        self.manager = Manager(config, plan, jobs or registry, identity)
         self.poller = Poller(config)
+        self.reaper = Reaper(config, identity)
         self.heartbeat = Heartbeat(config, plan, counters=self.manager.counters,
                                    in_flight=self.manager.in_flight,
-                                   on_signal=self._remote_signal, extra_info=extra_info)
+                                   on_signal=self._remote_signal, extra_info=extra_info,
+                                   identity=identity)
         self.on_stop_request = on_stop_request
         self.stopped = threading.Event()
 
@@ -52,7 +56,11 @@ class Launcher:
         return self.heartbeat.identity
 
     def start(self) -> None:
+        # Beat first: a reaper elsewhere must never see our private lists
+        # before it can see that we are alive.
         self.heartbeat.start()
+        if self.config.reliable_fetch:
+            self.reaper.start()
         self.manager.start()
         self.poller.start()
         log.info("launcher.started", identity=self.identity, queues=self.config.queues,
@@ -73,10 +81,20 @@ class Launcher:
                  timeout=round(max(0.0, deadline - time.monotonic()), 3))
         self.quiet()
         requeued = self.manager.stop(deadline)
+        self.reaper.stop()
+        if self.config.reliable_fetch:
+            self._release_private_lists()
         self.heartbeat.stop()
         self.stopped.set()
         log.info("launcher.stopped", identity=self.identity, requeued=requeued)
         return requeued
+
+    def _release_private_lists(self) -> None:
+        """Anything still in our private lists goes back, and we stop owning them."""
+        try:
+            recover(self.config, self.identity)
+        except Exception as exc:  # noqa: BLE001 - the reaper elsewhere will do it later
+            log.error("launcher.release_failed", error=f"{type(exc).__name__}: {exc}")
 
     def _remote_signal(self, name: str) -> None:
         if name == "TSTP":

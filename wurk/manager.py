@@ -17,10 +17,11 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from wurk.fetch import BasicFetch, UnitOfWork
+from wurk.fetch import BasicFetch, Fetch, UnitOfWork
 from wurk.logging import get_logger
 from wurk.payload import dumps
 from wurk.processor import Processor
+from wurk.reliable_fetch import ReliableFetch
 
 if TYPE_CHECKING:
     from wurk.config import Config
@@ -117,16 +118,19 @@ class InFlightTable:
 
 
 class Manager:
-    def __init__(self, config: Config, plan: QueuePlan, registry: Registry) -> None:
+    def __init__(self, config: Config, plan: QueuePlan, registry: Registry,
+                 identity: str) -> None:
         self.config = config
         self.counters = Counters()
         self.in_flight = InFlightTable()
-        self.fetch = BasicFetch(config, plan)
+        self.fetch: Fetch = (ReliableFetch(config, plan, identity) if config.reliable_fetch
+                             else BasicFetch(config, plan))
         self.processor = Processor(config, registry, self.fetch, self.counters, self.in_flight)
         self._quiet = threading.Event()
         self._threads: list[threading.Thread] = []
 
     def start(self) -> None:
+        self.fetch.start()
         for index in range(self.config.concurrency):
             thread = threading.Thread(target=self._work_loop, name=f"wurk-processor-{index}",
                                       daemon=True)
@@ -139,6 +143,7 @@ class Manager:
 
     def quiet(self) -> None:
         self._quiet.set()
+        self.fetch.quiet()
 
     def _work_loop(self) -> None:
         # Base 36 of the native thread id: unique in this process, short, and
@@ -164,6 +169,7 @@ class Manager:
             thread.join(max(0.0, deadline - time.monotonic()))
         leftovers = self.in_flight.abandon_all()
         requeued = self._requeue(leftovers)
+        self.fetch.stop()
         self._drain_fetches()
         return requeued
 

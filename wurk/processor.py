@@ -27,14 +27,14 @@ from wurk.retry import RetryHandler, kill
 
 if TYPE_CHECKING:
     from wurk.config import Config
-    from wurk.fetch import BasicFetch, UnitOfWork
+    from wurk.fetch import Fetch, UnitOfWork
     from wurk.manager import Counters, InFlightTable
 
 log = get_logger("wurk.processor")
 
 
 class Processor:
-    def __init__(self, config: Config, registry: Registry, fetch: BasicFetch,
+    def __init__(self, config: Config, registry: Registry, fetch: Fetch,
                  counters: Counters, in_flight: InFlightTable) -> None:
         self.config = config
         self.registry = registry
@@ -50,7 +50,7 @@ class Processor:
             log.error("job.malformed", queue=work.queue, error=str(exc),
                       payload=work.raw[:200].decode("utf-8", "replace"))
             kill(self.config, work.raw)
-            self.fetch.acknowledge(work)
+            self.fetch.acknowledge(work, None)
             return
         if not self.in_flight.begin(slot, work, job):
             # Fetched after a hard stop gave up waiting: hand it straight back.
@@ -65,7 +65,8 @@ class Processor:
         else:
             self.counters.record(failed=True)
             self._failed(job, work, failure, entry)
-        self.fetch.acknowledge(work)
+        jid = job.get("jid")
+        self.fetch.acknowledge(work, jid if isinstance(jid, str) else None)
 
     def _run(self, job: dict[str, Any], queue: str,
              entry: Registered | None) -> BaseException | None:

@@ -51,6 +51,7 @@ class ReliableFetch:
         self._waiting = 0
         self._blocking = False
         self._stopping = False
+        self._quiet = False
         self._thread: threading.Thread | None = None
         self._resync_pending = False
         self.paused = PausedQueues(config)
@@ -68,8 +69,18 @@ class ReliableFetch:
         self._thread = threading.Thread(target=self._loop, name="wurk-fetcher", daemon=True)
         self._thread.start()
 
+    def quiet(self) -> None:
+        """Stop claiming; jobs claimed but not yet started go straight back."""
+        with self._cond:
+            self._quiet = True
+            unstarted = list(self._ready)
+            self._ready.clear()
+            self._cond.notify_all()
+        if unstarted:
+            self.requeue(unstarted)
+
     def stop(self) -> None:
-        """Stop claiming; hand back claimed-but-unstarted jobs and flush acks."""
+        """Stop the fetcher; hand back claimed-but-unstarted jobs and flush acks."""
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
@@ -94,7 +105,7 @@ class ReliableFetch:
                     if remaining <= 0:
                         return None
                     self._cond.wait(remaining)
-                return self._ready.popleft() if self._ready else None
+                return self._ready.popleft() if self._ready and not self._quiet else None
             finally:
                 self._waiting -= 1
 
@@ -123,12 +134,12 @@ class ReliableFetch:
     def _loop(self) -> None:
         while True:
             with self._cond:
-                while not self._stopping and not self._acks and \
-                        self._waiting <= len(self._ready):
+                while not self._stopping and not self._acks and (
+                        self._quiet or self._waiting <= len(self._ready)):
                     self._cond.wait()
                 if self._stopping:
                     return
-                want = max(0, self._waiting - len(self._ready))
+                want = 0 if self._quiet else max(0, self._waiting - len(self._ready))
                 acks, self._acks = self._acks, []
             try:
                 claimed = self._claim(want, acks)
