@@ -67,7 +67,7 @@ class Client:
 
         Unknown keys are kept. Returns the jid.
         """
-        payload, run_at = self._normalise(item, time.time())
+        payload, run_at = self.normalise(item, time.time())
         self._write([payload], run_at)
         return str(payload["jid"])
 
@@ -96,13 +96,13 @@ class Client:
                 if ats is not None:
                     one["at"] = ats[i] if isinstance(ats, list) else ats
                 one.setdefault("created_at", created)
-                batch.append(self._normalise(one, now))
+                batch.append(self.normalise(one, now))
             self._write_mixed(batch)
             jids.extend(str(p["jid"]) for p, _ in batch)
         return jids
 
     # -- building payloads ----------------------------------------------
-    def _normalise(self, item: Mapping[str, Any],
+    def normalise(self, item: Mapping[str, Any],
                    now: float) -> tuple[dict[str, Any], float | None]:
         cls = item.get("class")
         if not isinstance(cls, str) or not cls:

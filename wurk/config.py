@@ -67,6 +67,9 @@ class Config:
     # With several queues, how long an idle fetcher blocks on the first one
     # before looking at the others again.
     reliable_poll_interval: float = 0.25
+    # Move due scheduled/retry jobs inside one Lua script (no pop-then-push
+    # window); false keeps Sidekiq's classic pop-one-then-push poller.
+    reliable_scheduler: bool = True
     # How often a process looks for dead processes' private lists.
     reaper_interval: float = 60.0
     # A job recovered from dead processes more often than this is a poison pill.
@@ -178,6 +181,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "fetch_timeout": (int, float),
     "reliable_fetch": (bool,),
     "reliable_poll_interval": (int, float),
+    "reliable_scheduler": (bool,),
     "reaper_interval": (int, float),
     "max_recoveries": (int,),
     "redis_pool_size": (int, type(None)),

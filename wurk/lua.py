@@ -149,3 +149,31 @@ redis.call("srem", KEYS[1], ARGV[1])
 return {recovered, killed}
 """,
 )
+
+# The reliable scheduler's move: for each (member, queue, payload) remove the
+# member from the sorted set and, only if this call removed it, push the new
+# payload (or, with an empty queue name, send the member to the dead set).
+# Nothing is popped without being pushed in the same step, and two pollers
+# racing never push one job twice. Safe to replay for the same reason.
+# KEYS: the sorted set, queues set, dead set.
+# ARGV: now score, dead cutoff score, dead max jobs, then the triples.
+PROMOTE = Script(
+    "promote",
+    """
+local moved = 0
+for i = 4, #ARGV, 3 do
+  if redis.call("zrem", KEYS[1], ARGV[i]) == 1 then
+    if ARGV[i + 1] == "" then
+      redis.call("zadd", KEYS[3], ARGV[1], ARGV[i])
+      redis.call("zremrangebyscore", KEYS[3], "-inf", ARGV[2])
+      redis.call("zremrangebyrank", KEYS[3], 0, -tonumber(ARGV[3]))
+    else
+      redis.call("sadd", KEYS[2], ARGV[i + 1])
+      redis.call("lpush", "queue:" .. ARGV[i + 1], ARGV[i + 2])
+      moved = moved + 1
+    end
+  end
+end
+return moved
+""",
+)

@@ -18,13 +18,13 @@ from __future__ import annotations
 import random
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from wurk import keys
 from wurk.client import Client
 from wurk.logging import get_logger
-from wurk.lua import ZPOPBYSCORE
-from wurk.payload import PayloadError, loads_job, score
+from wurk.lua import PROMOTE, ZPOPBYSCORE
+from wurk.payload import PayloadError, dumps, loads_job, score
 from wurk.retry import kill
 
 if TYPE_CHECKING:
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 log = get_logger("wurk.scheduled")
 INITIAL_WAIT = 10.0
 JOIN_TIMEOUT = 5.0
+PROMOTE_BATCH = 100
 
 
 def random_poll_interval(average: float, process_count: int, rng: random.Random) -> float:
@@ -87,14 +88,50 @@ class Poller:
     def enqueue_due(self, now: float | None = None) -> int:
         """Move every due job; returns how many were pushed."""
         moved = 0
-        at = score(time.time() if now is None else now)
+        when = time.time() if now is None else now
+        at = score(when)
         for sset in (keys.RETRY, keys.SCHEDULE):
+            if self.config.reliable_scheduler:
+                moved += self._promote_due(sset, when)
+                continue
             while not self._done.is_set():
                 raw = self._pop_due(sset, at)
                 if raw is None:
                     break
                 moved += self._push_promoted(raw, sset)
         return moved
+
+    def _promote_due(self, sset: str, now: float) -> int:
+        """The reliable path: read a batch of due members, then move them in one script."""
+        moved = 0
+        while not self._done.is_set():
+            members: list[bytes] = self.config.pool.call(
+                "ZRANGEBYSCORE", sset, "-inf", score(now), "LIMIT", 0, PROMOTE_BATCH,
+                idempotent=True)
+            if not members:
+                break
+            args: list[Any] = [score(time.time()), score(time.time() - self.config.dead_timeout),
+                               self.config.dead_max_jobs]
+            for raw in members:
+                args += [raw, *self._promoted_form(raw, sset)]
+            moved += self._promote(sset, args)
+            if len(members) < PROMOTE_BATCH:
+                break
+        return moved
+
+    def _promote(self, sset: str, args: list[Any]) -> int:
+        return int(self.config.pool.run(
+            lambda c: PROMOTE.run(c, [sset, keys.QUEUES, keys.DEAD], args), idempotent=True))
+
+    def _promoted_form(self, raw: bytes, sset: str) -> tuple[str, str]:
+        """(queue, payload with a fresh enqueued_at), or ("", "") for the morgue."""
+        try:
+            payload, _ = self.client.normalise(loads_job(raw), time.time())
+        except (PayloadError, TypeError, ValueError) as exc:
+            log.error("scheduler.malformed", set=sset, error=str(exc),
+                      payload=raw[:200].decode("utf-8", "replace"))
+            return "", ""
+        return str(payload["queue"]), dumps(payload)
 
     def _pop_due(self, sset: str, at: str) -> bytes | None:
         try:
