@@ -4,6 +4,7 @@ Define jobs with ``@wurk.job`` or ``wurk.Job``, enqueue them with
 ``perform_async``, run them with ``wurk run`` or ``wurk-swarm``.
 """
 
+from wurk.buffered import PushBufferFullError
 from wurk.client import Client
 from wurk.config import Config, ConfigError, configure, default_config
 from wurk.job import Job, JobFunction, UnknownJobError, job, registry
@@ -17,6 +18,7 @@ __all__ = [
     "ConfigError",
     "Job",
     "JobFunction",
+    "PushBufferFullError",
     "UnknownJobError",
     "__version__",
     "configure",

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from wurk import keys
+from wurk.buffered import PendingPush, PushBuffer
 from wurk.config import Config, default_config
 from wurk.payload import check_args, dumps, new_jid, now_stamp, score
 
@@ -31,9 +32,13 @@ BULK_BATCH = 1000
 
 
 class Client:
-    def __init__(self, config: Config | None = None, *, pool: RedisPool | None = None) -> None:
+    def __init__(self, config: Config | None = None, *, pool: RedisPool | None = None,
+                 buffered: bool | None = None) -> None:
         self.config = config or default_config()
         self._pool = pool
+        use_buffer = self.config.reliable_push if buffered is None else buffered
+        self.buffer = (PushBuffer(self.pool, self.config.push_buffer_size,
+                                  self.config.push_flush_timeout) if use_buffer else None)
 
     @property
     def pool(self) -> RedisPool:
@@ -138,7 +143,7 @@ class Client:
     def _write(self, payloads: Sequence[dict[str, Any]], run_at: float | None) -> None:
         self._write_mixed([(p, run_at) for p in payloads])
 
-    def _write_mixed(self, batch: Iterable[tuple[dict[str, Any], float | None]]) -> None:
+    def _write_mixed(self, batch: Sequence[tuple[dict[str, Any], float | None]]) -> None:
         immediate: dict[str, list[str]] = {}
         scheduled: list[str] = []
         for payload, run_at in batch:
@@ -153,7 +158,11 @@ class Client:
         if scheduled:
             commands.append(("ZADD", keys.SCHEDULE, *scheduled))
         # Only a ZADD of exact members is safe to send twice.
-        self.pool.pipeline(commands, idempotent=not immediate)
+        if self.buffer is None:
+            self.pool.pipeline(commands, idempotent=not immediate)
+        else:
+            jids = tuple(str(p["jid"]) for p, _ in batch)
+            self.buffer.send(PendingPush(commands, not immediate, jids))
 
     def push_raw(self, queue: str, raw: str | bytes) -> None:
         """Put an already-serialised payload back on its queue, oldest end first."""

@@ -67,6 +67,12 @@ class Config:
     # With several queues, how long an idle fetcher blocks on the first one
     # before looking at the others again.
     reliable_poll_interval: float = 0.25
+    # Pushes that cannot reach Redis (it is down) wait in memory, in order,
+    # up to push_buffer_size jobs, and are sent when it returns.
+    reliable_push: bool = True
+    push_buffer_size: int = 10_000
+    # At exit, how long a process tries to send what is still buffered.
+    push_flush_timeout: float = 5.0
     # Move due scheduled/retry jobs inside one Lua script (no pop-then-push
     # window); false keeps Sidekiq's classic pop-one-then-push poller.
     reliable_scheduler: bool = True
@@ -182,6 +188,9 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "reliable_fetch": (bool,),
     "reliable_poll_interval": (int, float),
     "reliable_scheduler": (bool,),
+    "reliable_push": (bool,),
+    "push_buffer_size": (int,),
+    "push_flush_timeout": (int, float),
     "reaper_interval": (int, float),
     "max_recoveries": (int,),
     "redis_pool_size": (int, type(None)),
@@ -212,9 +221,9 @@ _CHOICES = {
     "log_format": ("auto", "json", "console"),
     "log_level": ("debug", "info", "warning", "error", "critical"),
 }
-_AT_LEAST_ONE = ("concurrency", "redis_retry_attempts", "redis_pool_size")
-_NON_NEGATIVE = ("shutdown_timeout", "dead_timeout", "max_retries", "dead_max_jobs",
-                 "max_recoveries")
+_AT_LEAST_ONE = ("concurrency", "redis_retry_attempts", "redis_pool_size", "push_buffer_size")
+_NON_NEGATIVE = ("shutdown_timeout", "push_flush_timeout", "dead_timeout", "max_retries",
+                 "dead_max_jobs", "max_recoveries")
 _POSITIVE = ("heartbeat_interval", "fetch_timeout", "average_scheduled_poll_interval",
              "poll_interval_average", "redis_connect_timeout", "redis_read_timeout",
              "redis_retry_cap", "reliable_poll_interval", "reaper_interval")

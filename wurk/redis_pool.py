@@ -292,11 +292,16 @@ class RedisPool:
             self._checkin(conn)
 
     # -- running blocks ---------------------------------------------------
-    def run(self, block: Callable[[Conn], T], *, idempotent: bool = False) -> T:
-        """Run ``block(conn)``, replaying it only where :func:`retry_plan` allows."""
+    def run(self, block: Callable[[Conn], T], *, idempotent: bool = False,
+            attempts: int | None = None) -> T:
+        """Run ``block(conn)``, replaying it only where :func:`retry_plan` allows.
+
+        ``attempts`` caps the tries for this call (the buffered client asks for
+        one, so an outage is noticed at once instead of after the backoff).
+        """
         conn = self._checkout_with_retry()
         try:
-            return self._run_on(conn, block, idempotent)
+            return self._run_on(conn, block, idempotent, attempts or self.retry.max_attempts)
         except BaseException as exc:
             if not isinstance(exc, Exception):
                 conn.close()  # interrupted mid-command: the stream may be out of step
@@ -304,7 +309,8 @@ class RedisPool:
         finally:
             self._checkin(conn)
 
-    def _run_on(self, conn: Conn, block: Callable[[Conn], T], idempotent: bool) -> T:
+    def _run_on(self, conn: Conn, block: Callable[[Conn], T], idempotent: bool,
+                max_attempts: int) -> T:
         attempt = 0
         while True:
             attempt += 1
@@ -315,7 +321,7 @@ class RedisPool:
                 kind = classify(exc)
                 if kind is not ErrorKind.OTHER:
                     conn.close()
-                plan = retry_plan(kind, attempt, self.retry.max_attempts,
+                plan = retry_plan(kind, attempt, max_attempts,
                                   idempotent=idempotent, dirty=conn.round_trips != odometer)
                 if plan is Plan.PROPAGATE:
                     raise
@@ -331,9 +337,9 @@ class RedisPool:
         return self.run(lambda c: c.call(*args), idempotent=idempotent)
 
     def pipeline(self, commands: Sequence[Sequence[Any]], *, transaction: bool = False,
-                 idempotent: bool = False) -> list[Any]:
+                 idempotent: bool = False, attempts: int | None = None) -> list[Any]:
         return self.run(lambda c: c.pipeline(commands, transaction=transaction),
-                        idempotent=idempotent)
+                        idempotent=idempotent, attempts=attempts)
 
     # -- lifecycle --------------------------------------------------------
     def close(self) -> None:

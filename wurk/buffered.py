@@ -1,0 +1,164 @@
+"""Reliable push: pushes made while Redis is unreachable wait in memory.
+
+Duties:
+1. Send a push at once when nothing is waiting. If it fails while dialing
+   (nothing reached Redis), keep it in a bounded, ordered buffer instead of
+   raising; once anything waits, later pushes queue behind it so order holds.
+2. A full buffer is an error the caller sees (:class:`PushBufferFullError`),
+   never a silent drop.
+3. A drainer thread sends the buffer, oldest first, when Redis returns. A
+   push whose outcome is unknown (the connection broke after sending) may
+   have landed, so it is never sent again: it is reported and dropped.
+4. At process exit, try one last flush within ``push_flush_timeout`` and log
+   the jids that could not be sent.
+5. A forked child starts with an empty buffer, no drainer and fresh locks:
+   the parent still owns and sends what it buffered.
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import os
+import threading
+import time
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from wurk.logging import get_logger
+from wurk.redis_pool import ErrorKind, PoolExhausted, RedisPool, classify
+
+log = get_logger("wurk.push")
+DRAIN_PAUSE_MIN = 0.1
+DRAIN_PAUSE_MAX = 2.0
+
+
+class PushBufferFullError(RuntimeError):
+    """Redis is unreachable and the push buffer is full: this push was not taken."""
+
+
+@dataclass(frozen=True)
+class PendingPush:
+    commands: Sequence[Sequence[Any]]
+    idempotent: bool
+    jids: tuple[str, ...]
+
+
+def unapplied(exc: BaseException) -> bool:
+    """True when the failure proves nothing reached Redis."""
+    return isinstance(exc, PoolExhausted) or classify(exc) is ErrorKind.CONNECT
+
+
+class PushBuffer:
+    def __init__(self, pool: RedisPool, capacity: int, flush_timeout: float) -> None:
+        self.pool = pool
+        self.capacity = capacity
+        self.flush_timeout = flush_timeout
+        self._reset()
+        _live_buffers.add(self)
+
+    def _reset(self) -> None:
+        self._pending: collections.deque[PendingPush] = collections.deque()
+        self._jobs = 0
+        self._lock = threading.Lock()
+        self._drained = threading.Condition(self._lock)
+        self._drainer: threading.Thread | None = None
+
+    def __len__(self) -> int:
+        return self._jobs
+
+    def send(self, push: PendingPush) -> None:
+        with self._lock:
+            if self._pending:
+                self._keep(push)
+                return
+        try:
+            self.pool.pipeline(push.commands, idempotent=push.idempotent, attempts=1)
+        except Exception as exc:
+            if not unapplied(exc):
+                raise
+            with self._lock:
+                self._keep(push)
+            log.warning("push.buffered", jids=list(push.jids), waiting=self._jobs,
+                        error=f"{type(exc).__name__}: {exc}")
+
+    def _keep(self, push: PendingPush) -> None:
+        """Caller holds the lock."""
+        if self._jobs + len(push.jids) > self.capacity:
+            raise PushBufferFullError(
+                f"Redis is unreachable and {self._jobs} jobs already wait to be pushed "
+                f"(push_buffer_size={self.capacity}); this push was not taken")
+        self._pending.append(push)
+        self._jobs += len(push.jids)
+        if self._drainer is None or not self._drainer.is_alive():
+            self._drainer = threading.Thread(target=self._drain, name="wurk-push-drainer",
+                                             daemon=True)
+            self._drainer.start()
+
+    def _drain(self) -> None:
+        pause = DRAIN_PAUSE_MIN
+        while True:
+            with self._lock:
+                if not self._pending:
+                    self._drained.notify_all()
+                    return
+                push = self._pending[0]
+            try:
+                self.pool.pipeline(push.commands, idempotent=push.idempotent, attempts=1)
+            except Exception as exc:  # noqa: BLE001 - the drainer outlives any one failure
+                if unapplied(exc):
+                    time.sleep(pause)
+                    pause = min(DRAIN_PAUSE_MAX, pause * 2)
+                    continue
+                log.error("push.outcome_unknown", jids=list(push.jids),
+                          error=f"{type(exc).__name__}: {exc}",
+                          hint="it may have landed, so it is not sent again")
+                self.pool.on_error(exc, attempt=1, action="unsafe")
+            pause = DRAIN_PAUSE_MIN
+            with self._lock:
+                self._pending.popleft()
+                self._jobs -= len(push.jids)
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until everything buffered was sent; False if time ran out."""
+        deadline = time.monotonic() + (self.flush_timeout if timeout is None else timeout)
+        with self._lock:
+            while self._pending:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._drained.wait(min(remaining, 0.1))
+        return True
+
+    def flush_at_exit(self) -> None:
+        if self._pid != os.getpid() or not self._pending:
+            return
+        if not self.flush():
+            jids = [jid for push in list(self._pending) for jid in push.jids]
+            log.error("push.unflushed", jobs=len(jids), jids=jids,
+                      hint="Redis stayed unreachable until the process exited")
+
+    _pid = os.getpid()
+
+    def after_fork_in_child(self) -> None:
+        self._reset()
+        self._pid = os.getpid()
+
+
+_live_buffers: weakref.WeakSet[PushBuffer] = weakref.WeakSet()
+
+
+def _reset_after_fork() -> None:
+    for buffer in list(_live_buffers):
+        buffer.after_fork_in_child()
+
+
+def _flush_all_at_exit() -> None:
+    for buffer in list(_live_buffers):
+        buffer.flush_at_exit()
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
+atexit.register(_flush_all_at_exit)
