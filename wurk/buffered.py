@@ -47,8 +47,11 @@ class PendingPush:
 
 
 def unapplied(exc: BaseException) -> bool:
-    """True when the failure proves nothing reached Redis."""
-    return isinstance(exc, PoolExhausted) or classify(exc) is ErrorKind.CONNECT
+    """True when the failure proves nothing was applied: the dial failed, or
+    the server refused the command outright (READONLY, NOREPLICAS during a
+    failover)."""
+    return isinstance(exc, PoolExhausted) or classify(exc) in (ErrorKind.CONNECT,
+                                                               ErrorKind.FAILOVER)
 
 
 class PushBuffer:

@@ -43,6 +43,11 @@ class ConfigError(ValueError):
 @dataclass
 class Config:
     redis_url: str = field(default_factory=lambda: os.environ.get("REDIS_URL", DEFAULT_REDIS_URL))
+    # Redis Sentinel: "host:port" of each sentinel and the master's name. The
+    # URL then only gives the db number, username and password.
+    sentinels: list[str] = field(default_factory=list)
+    sentinel_master: str | None = None
+    sentinel_password: str | None = field(default=None, repr=False)
     concurrency: int = 10
     queues: list[str] = field(default_factory=lambda: ["default"])
     require: list[str] = field(default_factory=list)
@@ -171,6 +176,9 @@ def settable_fields() -> set[str]:
 
 _TYPES: dict[str, tuple[type, ...]] = {
     "redis_url": (str,),
+    "sentinels": (list,),
+    "sentinel_master": (str, type(None)),
+    "sentinel_password": (str, type(None)),
     "concurrency": (int,),
     "queues": (list,),
     "require": (list,),
@@ -257,9 +265,19 @@ def _problems(config: Config) -> list[tuple[str, str]]:
     found += [(k, "must be positive") for k in _POSITIVE if value(k) is not None and value(k) <= 0]
     if not config.queues:
         found.append(("queues", "must name at least one queue"))
+    if bool(config.sentinels) != bool(config.sentinel_master):
+        found.append(("sentinel_master", "must be set exactly when sentinels are"))
+    bad_address = next((a for a in config.sentinels if not _is_host_port(a)), None)
+    if bad_address is not None:
+        found.append(("sentinels", f"must be host:port entries ({bad_address!r} is not)"))
     if not config.redis_url.startswith(_URL_SCHEMES):
         found.append(("redis_url", f"must start with {', '.join(_URL_SCHEMES)}"))
     return found
+
+
+def _is_host_port(address: str) -> bool:
+    host, _, port = address.rpartition(":")
+    return bool(host) and port.isdigit()
 
 
 def read_toml_table(path: Path) -> dict[str, Any]:

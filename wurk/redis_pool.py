@@ -36,6 +36,7 @@ import redis
 import redis.exceptions as rx
 from redis.backoff import NoBackoff
 from redis.retry import Retry
+from redis.sentinel import Sentinel, SentinelConnectionPool
 
 from wurk.logging import get_logger
 
@@ -46,6 +47,8 @@ T = TypeVar("T")
 
 # Replies that mean the server we reached is not (or no longer) the primary.
 FAILOVER_PREFIXES = ("READONLY", "NOREPLICAS", "UNBLOCKED")
+# What redis-py's Sentinel connections raise in place of a READONLY reply.
+DEMOTED_MASTER = "The previous master is now a slave"
 
 
 class ConnectError(rx.ConnectionError):
@@ -83,6 +86,8 @@ def classify(error: BaseException) -> ErrorKind:
     if isinstance(error, rx.ResponseError):
         failover = str(error).startswith(FAILOVER_PREFIXES) or isinstance(error, rx.ReadOnlyError)
         return ErrorKind.FAILOVER if failover else ErrorKind.OTHER
+    if isinstance(error, rx.ConnectionError) and str(error) == DEMOTED_MASTER:
+        return ErrorKind.FAILOVER
     if isinstance(error, rx.ConnectionError | rx.TimeoutError | OSError):
         return ErrorKind.IO
     return ErrorKind.OTHER
@@ -202,6 +207,35 @@ class RetrySettings:
     checkout_timeout: float = 5.0
 
 
+@dataclass(frozen=True)
+class SentinelSettings:
+    """Where Sentinel runs and which master to follow; the URL still gives db and auth."""
+
+    sentinels: tuple[tuple[str, int], ...]
+    master: str
+    password: str | None = None
+
+    @classmethod
+    def from_config(cls, config: Config) -> SentinelSettings | None:
+        if not config.sentinels:
+            return None
+        pairs = []
+        for address in config.sentinels:
+            host, _, port = address.rpartition(":")
+            pairs.append((host, int(port)))
+        return cls(tuple(pairs), str(config.sentinel_master), config.sentinel_password)
+
+    def pool_template(self, kwargs: dict[str, Any],
+                      connect_timeout: float) -> redis.ConnectionPool:
+        """A pool whose connections ask the sentinels for the master on every dial,
+        so a reconnect after a failover reaches the promoted replica."""
+        own = {k: v for k, v in kwargs.items() if k not in ("host", "port", "connection_class")}
+        manager = Sentinel(list(self.sentinels), sentinel_kwargs={  # type: ignore[no-untyped-call]
+            "socket_timeout": connect_timeout, "socket_connect_timeout": connect_timeout,
+            "password": self.password, "retry": Retry(NoBackoff(), 0)})
+        return SentinelConnectionPool(self.master, manager, **own)  # type: ignore[no-untyped-call]
+
+
 _live_pools: weakref.WeakSet[RedisPool] = weakref.WeakSet()
 
 
@@ -212,7 +246,8 @@ class RedisPool:
                  read_timeout: float = 2.5, retry: RetrySettings | None = None,
                  on_error: RedisErrorHook | None = None,
                  sleep: Callable[[float], None] = time.sleep,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None,
+                 sentinel: SentinelSettings | None = None) -> None:
         self.url = url
         self.size = size
         self.retry = retry or RetrySettings()
@@ -225,6 +260,8 @@ class RedisPool:
             url, socket_connect_timeout=connect_timeout, socket_timeout=read_timeout,
             retry=Retry(NoBackoff(), 0), retry_on_timeout=False, health_check_interval=0,
         )
+        if sentinel is not None:
+            template = sentinel.pool_template(template.connection_kwargs, connect_timeout)
         self._conn_class = template.connection_class
         self._conn_kwargs = template.connection_kwargs
         self._reset_state()
@@ -239,6 +276,7 @@ class RedisPool:
             retry=RetrySettings(config.redis_retry_attempts, config.redis_retry_base,
                                 config.redis_retry_cap),
             on_error=config.on_redis_error,
+            sentinel=SentinelSettings.from_config(config),
         )
 
     def _reset_state(self) -> None:
