@@ -76,8 +76,7 @@ class ReliableFetch:
             unstarted = list(self._ready)
             self._ready.clear()
             self._cond.notify_all()
-        if unstarted:
-            self.requeue(unstarted)
+        self._give_back(unstarted)
 
     def stop(self) -> None:
         """Stop the fetcher; hand back claimed-but-unstarted jobs and flush acks."""
@@ -90,8 +89,7 @@ class ReliableFetch:
             unstarted = list(self._ready)
             self._ready.clear()
         self._flush_acks()
-        if unstarted:
-            self.requeue(unstarted)
+        self._give_back(unstarted)
 
     # -- the processor side ---------------------------------------------------
     def fetch(self) -> UnitOfWork | None:
@@ -100,7 +98,7 @@ class ReliableFetch:
             self._waiting += 1
             self._cond.notify_all()
             try:
-                while not self._ready and not self._stopping:
+                while not self._ready and not self._stopping and not self._quiet:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         return None
@@ -162,6 +160,7 @@ class ReliableFetch:
                 self._release(work)
             for i in range(0, len(reply), 2):
                 self._hand_over(UnitOfWork(reply[i].decode(), reply[i + 1]))
+        self._give_back_if_quiet()
         return len(reply) // 2
 
     def _block(self) -> None:
@@ -185,6 +184,27 @@ class ReliableFetch:
         if raw is not None:
             with self._cond:
                 self._hand_over(UnitOfWork(name, raw))
+            self._give_back_if_quiet()
+
+    def _give_back_if_quiet(self) -> None:
+        """Jobs that landed after quiet (a claim or block already under way) go straight back."""
+        with self._cond:
+            if not self._quiet or not self._ready:
+                return
+            unstarted = list(self._ready)
+            self._ready.clear()
+        self._give_back(unstarted)
+
+    def _give_back(self, unstarted: list[UnitOfWork]) -> None:
+        """Requeue claimed-but-unstarted jobs. If Redis is away they stay in the
+        private list, for the release at stop or, failing that, the reaper."""
+        if not unstarted:
+            return
+        try:
+            self.requeue(unstarted)
+        except Exception as exc:  # noqa: BLE001 - quiet and stop must not fail on Redis
+            log.error("fetch.requeue_failed", jobs=len(unstarted),
+                      error=f"{type(exc).__name__}: {exc}")
 
     def _hand_over(self, work: UnitOfWork) -> None:
         """Caller holds the lock."""
