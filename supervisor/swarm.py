@@ -40,6 +40,7 @@ from supervisor.child_boot import EX_BOOT, MANAGED_SIGNALS, run_child
 from supervisor.systemd import Notifier
 from wurk import logging as wlog
 from wurk.cli import load_modules
+from wurk.reaper import recover
 
 if TYPE_CHECKING:
     from supervisor.topology import Slot, Topology
@@ -105,6 +106,8 @@ class Swarm:
         self._next_watchdog = 0.0
         self.supervisor_thread: threading.Thread | None = None
         self._hooks_registered = False
+        # Identities of reaped children whose private lists still wait to be recovered.
+        self._unrecovered: dict[str, Slot] = {}
 
     # -- ownership and hooks ------------------------------------------------
     def owner(self) -> bool:
@@ -170,12 +173,14 @@ class Swarm:
         # reaches a child before it has its own handlers.
         signal.pthread_sigmask(signal.SIG_BLOCK, MANAGED_SIGNALS)
         try:
-            self.boot()
-        except Exception as exc:  # noqa: BLE001 - a failed boot drains what it started
-            log.error("swarm.boot_failed", error=f"{type(exc).__name__}: {exc}")
-            self.exit_code = EX_BOOT
-            self.request_shutdown()
-        try:
+            try:
+                self.boot()
+            except BaseException as exc:  # noqa: BLE001 - even SystemExit from an app module
+                # A failed boot drains what it started; leaving this thread
+                # instead would leave the main thread waiting for ever.
+                log.error("swarm.boot_failed", error=f"{type(exc).__name__}: {exc}")
+                self.exit_code = EX_BOOT
+                self.request_shutdown()
             while not self._finished.is_set():
                 self._wait(TICK)
                 self._tick()
@@ -188,6 +193,8 @@ class Swarm:
         self._read_ready_pipes()
         self._run_commands()
         self._reap()
+        if self._unrecovered:
+            self._recover_pending()
         if self._draining:
             self._drain_step()
             return
@@ -198,7 +205,8 @@ class Swarm:
         self._report_to_systemd()
 
     def _wait(self, timeout: float) -> None:
-        fds = [self._wake_r, *(c.ready_fd for c in self.children.values() if c.ready_fd)]
+        fds = [self._wake_r,
+               *(c.ready_fd for c in self.children.values() if c.ready_fd is not None)]
         with contextlib.suppress(InterruptedError, OSError):
             readable, _, _ = select.select(fds, [], [], timeout)
             if self._wake_r in readable:
@@ -253,6 +261,9 @@ class Swarm:
         if self._rolling or self._rolling_pair:
             log.info("swarm.restart_already_running")
             return
+        # A rolling restart is a deploy: the replacements take work again,
+        # and so does the swarm as a whole.
+        self._quiet = False
         self._rolling = sorted((c for c in self.children.values() if not c.retiring),
                                key=lambda c: (c.slot.name, c.index))
         log.info("swarm.rolling_restart", children=len(self._rolling))
@@ -274,9 +285,11 @@ class Swarm:
 
     def _cmd_status(self) -> None:
         now = time.monotonic()
-        for child in sorted(self.children.values(), key=lambda c: (c.slot.name, c.index)):
+        children = sorted(self.children.values(), key=lambda c: (c.slot.name, c.index))
+        busy = self._busy_counts(children)
+        for child in children:
             log.info("child.status", slot=child.slot.name, index=child.index, pid=child.pid,
-                     rss_kb=_rss_kb(child.pid), busy=self._busy(child),
+                     rss_kb=_rss_kb(child.pid), busy=busy.get(child.pid),
                      age=round(now - child.born, 1), ready=child.ready,
                      retiring=child.retiring, identity=child.identity)
 
@@ -334,14 +347,15 @@ class Swarm:
         return found
 
     def _after_exit(self, child: Child, code: int) -> None:
-        how = f"signal {signal.Signals(-code).name}" if code < 0 else f"status {code}"
-        fields = {"slot": child.slot.name, "index": child.index, "pid": child.pid, "exit": how}
+        fields = {"slot": child.slot.name, "index": child.index, "pid": child.pid,
+                  "exit": _describe_exit(code)}
         if code == -signal.SIGKILL and child.kill_at is None:
             log.warning("child.killed", hint="SIGKILL we did not send: possibly the OOM killer",
                         **fields)
         else:
             log.info("child.exited", **fields)
         self._forget_rolling(child)
+        self._recover_private_lists(child)
         if self._draining or child.retiring:
             return
         state = self.slots[child.slot.name]
@@ -351,6 +365,28 @@ class Swarm:
         lived = time.monotonic() - child.born
         state.crashes = state.crashes + 1 if lived < CRASH_WINDOW and child.kill_at is None else 0
         self._schedule_respawn(state)
+
+    def _recover_private_lists(self, child: Child) -> None:
+        """Give a reaped child's claimed jobs back now, not when its heartbeat lapses.
+
+        The child has been reaped, so it is dead and holds nothing any more. A
+        clean exit already released its lists and this finds them empty.
+        """
+        if child.identity is not None and child.slot.config.reliable_fetch:
+            self._unrecovered[child.identity] = child.slot
+            self._recover_pending()
+
+    def _recover_pending(self) -> None:
+        """One try each with no replays, so a Redis outage cannot stall supervision;
+        what fails is tried again next tick (recovering twice moves nothing twice)."""
+        for identity, slot in list(self._unrecovered.items()):
+            try:
+                recover(slot.config, identity, attempts=1)
+            except Exception as exc:  # noqa: BLE001 - Redis trouble: try again next tick
+                log.warning("child.recover_failed", slot=slot.name, identity=identity,
+                            error=f"{type(exc).__name__}: {exc}")
+                return
+            del self._unrecovered[identity]
 
     def _boot_failed(self, state: SlotState, code: int) -> None:
         state.boot_failures += 1
@@ -430,7 +466,10 @@ class Swarm:
             return
         old, new = self._rolling_pair
         self._rolling_pair = None
-        if child is new and old.pid in self.children:
+        if child is new and old.pid in self.children and new.retiring:
+            # TTOU retired the replacement's index: the old child leaves too.
+            self._stop_child(old)
+        elif child is new and old.pid in self.children:
             # The replacement died before it was ready: keep the old child.
             old.retiring = False
             self._rolling.clear()
@@ -505,14 +544,34 @@ class Swarm:
         with contextlib.suppress(ProcessLookupError):
             os.kill(child.pid, signum)
 
-    def _busy(self, child: Child) -> int | None:
-        if child.identity is None:
-            return None
-        try:
-            value = self.topology.base.pool.call("HGET", child.identity, "busy", idempotent=True)
-        except Exception:  # noqa: BLE001 - a status dump must not fail on Redis trouble
-            return None
-        return int(value) if value is not None else None
+    def _busy_counts(self, children: list[Child]) -> dict[int, int]:
+        """pid -> busy from each child's heartbeat, read from its slot's own Redis
+        in one round trip per slot with no replays, so a Redis outage cannot
+        stall supervision for a whole retry schedule per child."""
+        counts: dict[int, int] = {}
+        for name, state in self.slots.items():
+            asked = [c for c in children if c.slot.name == name and c.identity is not None]
+            if not asked:
+                continue
+            try:
+                with state.slot.config.pool.conn() as conn:
+                    replies = conn.pipeline([("HGET", c.identity, "busy") for c in asked])
+            except Exception as exc:  # noqa: BLE001 - a status dump must not fail on Redis trouble
+                log.warning("swarm.status_busy_unknown", slot=name,
+                            error=f"{type(exc).__name__}: {exc}")
+                continue
+            counts.update({c.pid: int(value) for c, value in zip(asked, replies, strict=True)
+                           if value is not None})
+        return counts
+
+
+def _describe_exit(code: int) -> str:
+    if code >= 0:
+        return f"status {code}"
+    try:
+        return f"signal {signal.Signals(-code).name}"
+    except ValueError:  # e.g. SIGRTMIN+3, which has no Signals member
+        return f"signal {-code}"
 
 
 def _rss_kb(pid: int) -> int:

@@ -12,6 +12,7 @@ Duties:
 
 from __future__ import annotations
 
+import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,7 +110,8 @@ def _swarm_settings(values: dict[str, Any], where: str) -> dict[str, Any]:
     for key, value in values.items():
         integral = key in ("max_memory_mb", "boot_failure_limit")
         ok_type = isinstance(value, int) if integral else isinstance(value, int | float)
-        if isinstance(value, bool) or not ok_type or value < 0:
+        # NaN passes a "< 0" test and would make every deadline unreachable.
+        if isinstance(value, bool) or not ok_type or math.isnan(value) or value < 0:
             kind = "a non-negative integer" if integral else "a non-negative number"
             raise TopologyError(f"{where}: [wurk] {key} must be {kind}, got {value!r}")
         settings[key] = value

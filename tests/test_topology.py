@@ -1,0 +1,270 @@
+"""supervisor.topology: parsing, defaults and every malformed-topology case."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from supervisor import cli
+from supervisor.topology import Topology, TopologyError, load, parse
+
+pytestmark = pytest.mark.timeout(60)
+
+HERE = Path("topology.toml")
+GOOD = textwrap.dedent("""
+    [wurk]
+    redis_url = "redis://127.0.0.1:6390/2"
+    concurrency = 4
+    queues = ["default"]
+    require = ["myapp.jobs"]
+    shutdown_timeout = 7
+    max_memory_mb = 512
+    respawn_backoff_max = 12.5
+    boot_failure_limit = 2
+    shutdown_grace = 1.5
+    memory_check_interval = 0.5
+
+    [[slot]]
+    name = "web"
+    count = 3
+    queues = ["critical:3", "default:1"]
+
+    [[slot]]
+    name = "batch"
+    concurrency = 2
+    queues = ["batch"]
+    max_memory_mb = 2048
+    env = { BATCH = "1" }
+    tag = "batchy"
+    shutdown_timeout = 30
+""")
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "topology.toml"
+    path.write_text(textwrap.dedent(text), encoding="utf-8")
+    return path
+
+
+def minimal(**extra: Any) -> dict[str, Any]:
+    """A valid document to break one piece of at a time."""
+    document: dict[str, Any] = {"wurk": {"redis_url": "redis://127.0.0.1:6390/0"},
+                                "slot": [{"name": "a", "queues": ["default"]}]}
+    document.update(extra)
+    return document
+
+
+def error_of(document: dict[str, Any]) -> str:
+    with pytest.raises(TopologyError) as info:
+        parse(document, HERE)
+    message = str(info.value)
+    assert message.startswith(str(HERE)), message  # every message names the file
+    return message
+
+
+# -- the good path -------------------------------------------------------------------
+
+def test_load_builds_one_config_per_slot_with_shared_settings_and_overrides(
+        tmp_path: Path) -> None:
+    topology = load(write(tmp_path, GOOD))
+    assert isinstance(topology, Topology)
+    web, batch = topology.slots
+    assert (web.name, web.count, web.config.concurrency) == ("web", 3, 4)
+    assert web.config.queues == ["critical:3", "default:1"]
+    assert web.config.require == ["myapp.jobs"]
+    assert web.config.redis_url == "redis://127.0.0.1:6390/2"
+    assert web.max_memory_mb == 512            # inherited from [wurk]
+    assert web.env == {}
+    assert (batch.count, batch.config.concurrency, batch.config.queues) == (1, 2, ["batch"])
+    assert batch.max_memory_mb == 2048         # its own
+    assert batch.env == {"BATCH": "1"}
+    assert batch.config.tag == "batchy"
+    assert batch.config.shutdown_timeout == 30
+    assert topology.shutdown_timeout == 30     # the longest slot's
+    assert (topology.respawn_backoff_max, topology.boot_failure_limit,
+            topology.shutdown_grace, topology.memory_check_interval) == (12.5, 2, 1.5, 0.5)
+    # Swarm-only keys never reach a worker Config.
+    assert not hasattr(topology.base, "max_memory_mb")
+    assert topology.base.concurrency == 4
+
+
+def test_defaults_when_only_slots_are_given() -> None:
+    topology = parse({"slot": [{"name": "only"}]}, HERE)
+    (slot,) = topology.slots
+    assert (slot.count, slot.max_memory_mb, slot.config.queues) == (1, 0, ["default"])
+    assert (topology.boot_failure_limit, topology.shutdown_grace) == (3, 5.0)
+
+
+def test_slot_max_memory_zero_overrides_the_shared_limit() -> None:
+    document = minimal(wurk={"max_memory_mb": 100})
+    document["slot"][0]["max_memory_mb"] = 0
+    assert parse(document, HERE).slots[0].max_memory_mb == 0
+
+
+# -- malformed topologies: each names the key ----------------------------------------
+
+@pytest.mark.parametrize(("document", "key"), [
+    (minimal(workers=3), "'workers'"),
+    (minimal(wurk={"concurency": 3}), "'concurency'"),
+    (minimal(slot=[{"name": "a", "qeues": ["x"]}]), "'qeues'"),
+], ids=["top-level", "wurk", "slot"])
+def test_unknown_keys_are_named(document: dict[str, Any], key: str) -> None:
+    message = error_of(document)
+    assert "unknown key" in message
+    assert key in message
+
+
+@pytest.mark.parametrize(("document", "key", "value"), [
+    (minimal(wurk={"concurrency": "ten"}), "concurrency", "'ten'"),
+    (minimal(wurk={"shutdown_timeout": True}), "shutdown_timeout", "True"),
+    (minimal(wurk={"max_memory_mb": 1.5}), "max_memory_mb", "1.5"),
+    (minimal(wurk={"respawn_backoff_max": "30s"}), "respawn_backoff_max", "'30s'"),
+    (minimal(wurk={"boot_failure_limit": True}), "boot_failure_limit", "True"),
+    (minimal(wurk={"shutdown_grace": -1}), "shutdown_grace", "-1"),
+    (minimal(wurk={"memory_check_interval": float("nan")}), "memory_check_interval", "nan"),
+    (minimal(wurk=[1, 2]), "wurk", "[1, 2]"),
+    (minimal(slot=[{"name": "a", "count": "2"}]), "count", "'2'"),
+    (minimal(slot=[{"name": "a", "count": True}]), "count", "True"),
+    (minimal(slot=[{"name": "a", "concurrency": 2.5}]), "concurrency", "2.5"),
+    (minimal(slot=[{"name": "a", "max_memory_mb": "1G"}]), "max_memory_mb", "'1G'"),
+    (minimal(slot=[{"name": "a", "env": {"A": 1}}]), "env", "{'A': 1}"),
+    (minimal(slot=[{"name": "a", "queues": "default"}]), "queues", "'default'"),
+    (minimal(slot=[{"name": "a", "queues": [1]}]), "queues", "[1]"),
+    (minimal(slot=[{"name": "a", "require": "app"}]), "require", "'app'"),
+    (minimal(slot=[{"name": 7}]), "name", "7"),
+    (minimal(slot=["a"]), "slot", "'a'"),
+    (minimal(slot={"name": "a"}), "slot", "{'name': 'a'}"),
+], ids=lambda v: v if isinstance(v, str) else None)
+def test_wrong_types_name_the_key_and_value(document: dict[str, Any], key: str,
+                                            value: str) -> None:
+    message = error_of(document)
+    assert key in message
+    assert value in message
+
+
+@pytest.mark.parametrize("count", [0, -2])
+def test_count_below_one(count: int) -> None:
+    message = error_of(minimal(slot=[{"name": "a", "count": count}]))
+    assert "count" in message
+    assert "at least 1" in message
+    assert repr(count) in message
+
+
+def test_duplicate_slot_names() -> None:
+    message = error_of(minimal(slot=[{"name": "a"}, {"name": "b"}, {"name": "a"}]))
+    assert "slot.name 'a'" in message
+    assert "more than one" in message
+
+
+def test_boot_failure_limit_zero() -> None:
+    message = error_of(minimal(wurk={"boot_failure_limit": 0}))
+    assert "boot_failure_limit" in message
+
+
+@pytest.mark.parametrize("document", [
+    minimal(slot=[{"name": "a", "queues": []}]),
+    minimal(wurk={"queues": []}, slot=[{"name": "a"}]),
+    minimal(slot=[{"name": "a", "queues": [":3"]}]),
+], ids=["slot-empty-list", "wurk-empty-list", "empty-name"])
+def test_empty_queues(document: dict[str, Any]) -> None:
+    message = error_of(document)
+    assert "queues" in message
+
+
+@pytest.mark.parametrize("slots", [None, []], ids=["missing", "empty"])
+def test_missing_slot_tables(slots: list[Any] | None) -> None:
+    document = minimal()
+    if slots is None:
+        del document["slot"]
+    else:
+        document["slot"] = slots
+    assert "slot must be one or more [[slot]] tables" in error_of(document)
+
+
+def test_blank_slot_name() -> None:
+    assert "name must be a non-empty string" in error_of(minimal(slot=[{"name": "  "}]))
+
+
+def test_unreadable_file(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.toml"
+    with pytest.raises(TopologyError, match="cannot read the topology file") as info:
+        load(missing)
+    assert str(missing) in str(info.value)
+    with pytest.raises(TopologyError, match="cannot read the topology file"):
+        load(tmp_path)  # a directory
+    if os.geteuid() != 0:  # root reads anything
+        locked = write(tmp_path, GOOD)
+        locked.chmod(0)
+        with pytest.raises(TopologyError, match="cannot read the topology file"):
+            load(locked)
+
+
+@pytest.mark.parametrize("text", [
+    "[wurk\nconcurrency = 1\n",
+    "[[slot]]\nname = 'a'\nname = 'b'\n",
+    "[[slot]]\nname = a\n",
+])
+def test_invalid_toml(tmp_path: Path, text: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(TopologyError, match="invalid TOML") as info:
+        load(path)
+    assert str(path) in str(info.value)
+
+
+def test_not_utf8_is_invalid_toml(tmp_path: Path) -> None:
+    path = tmp_path / "latin1.toml"
+    path.write_bytes(b"[[slot]]\nname = '\xe9'\n")
+    with pytest.raises(TopologyError, match="invalid TOML"):
+        load(path)
+
+
+# -- through the real CLI ---------------------------------------------------------
+
+def test_cli_check_reports_a_valid_topology(tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["--topology", str(write(tmp_path, GOOD)), "--check"]) == 0
+    assert "4 children in 2 slots" in capsys.readouterr().out
+
+
+MARK = "[wurk]\nrequire = ['mark_boot']\n"
+
+
+@pytest.mark.parametrize(("text", "named"), [
+    (MARK + "bogus = 1\n[[slot]]\nname = 'a'\n", "'bogus'"),
+    (MARK + "[[slot]]\nname = 'a'\ncount = 0\n", "count"),
+    (MARK + "concurrency = 2\n", "slot"),
+    (MARK + "[[slot]]\nname = 'a'\n[[slot]]\nname = 'a'\n", "slot.name 'a'"),
+    (MARK + "[[slot]]\nname = 'a'\nqueues = []\n", "queues"),
+    ("not toml at all = = =\n", "invalid TOML"),
+], ids=["unknown-key", "count", "no-slots", "duplicate", "empty-queues", "bad-toml"])
+def test_cli_exits_78_naming_the_key_and_forks_nothing(tmp_path: Path, text: str,
+                                                      named: str) -> None:
+    path = write(tmp_path, text)
+    # A require that would leave a mark if the swarm ever booted.
+    marker = tmp_path / "booted"
+    (tmp_path / "mark_boot.py").write_text(
+        f"open({str(marker)!r}, 'a').write('x')\n", encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    proc = subprocess.run([sys.executable, "-m", "supervisor.cli", "--topology", str(path)],
+                          capture_output=True, text=True, timeout=30, env=env, cwd=tmp_path,
+                          check=False)
+    assert proc.returncode == 78, proc.stderr
+    assert named in proc.stderr
+    assert str(path) in proc.stderr
+    assert "child.spawned" not in proc.stderr
+    assert not marker.exists()
+
+
+def test_cli_unreadable_file_exits_78(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "supervisor.cli", "-t", str(tmp_path / "absent.toml")],
+        capture_output=True, text=True, timeout=30, check=False)
+    assert proc.returncode == 78
+    assert "absent.toml" in proc.stderr
+    assert "cannot read" in proc.stderr
