@@ -217,7 +217,10 @@ def test_sigttin_dumps_threads(r: redis.Redis, spawn: Callable[..., Worker]) -> 
     worker = spawn("-r", "clijobs")
     registered_identity(r, worker)
     worker.send(signal.SIGTTIN)
-    dumps = wait_for(lambda: [e for e in worker.events() if e.get("event") == "thread.dump"])
+    # One event per thread: wait until the ones asserted below have all arrived.
+    dumps = wait_for(lambda: (lambda found: found if {"MainThread", "wurk-heartbeat"} <= {
+        e.get("thread") for e in found} else [])(
+        [e for e in worker.events() if e.get("event") == "thread.dump"]))
     names = {e["thread"] for e in dumps}
     assert "MainThread" in names
     assert "wurk-heartbeat" in names

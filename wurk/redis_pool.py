@@ -175,7 +175,10 @@ class Conn:
                 replies.append(self.raw.read_response())
             except rx.ResponseError as exc:
                 replies.append(exc)
-        self.round_trips += 1
+        # As in call(): a batch the server refused outright (READONLY & co, or
+        # a transaction whose EXEC never ran) applied nothing and leaves the block clean.
+        if not _applied_nothing(replies, transaction):
+            self.round_trips += 1
         if transaction:
             # A replica answers each queued write with READONLY and then EXEC
             # with EXECABORT; surface the READONLY so failover handling sees it.
@@ -191,6 +194,13 @@ class Conn:
 
     def close(self) -> None:
         self.raw.disconnect()
+
+
+def _applied_nothing(replies: list[Any], transaction: bool) -> bool:
+    if transaction:
+        return not isinstance(replies[-1], list)
+    return all(isinstance(r, rx.ResponseError) and classify(r) is ErrorKind.FAILOVER
+               for r in replies)
 
 
 def _report_default(error: BaseException, *, attempt: int, action: str) -> None:
@@ -259,6 +269,8 @@ class RedisPool:
         template = redis.ConnectionPool.from_url(
             url, socket_connect_timeout=connect_timeout, socket_timeout=read_timeout,
             retry=Retry(NoBackoff(), 0), retry_on_timeout=False, health_check_interval=0,
+            # RESP2, as Sidekiq speaks: reply shapes must not change with the redis-py version.
+            protocol=2,
         )
         if sentinel is not None:
             template = sentinel.pool_template(template.connection_kwargs, connect_timeout)

@@ -1,0 +1,56 @@
+"""The admin API: read and steer a wurk (or Sidekiq) cluster through Redis.
+
+The Python counterpart of Sidekiq's ``sidekiq/api``, over the same keys, so
+it sees Ruby processes and jobs as well as wurk's. Every entry point takes
+an optional ``config`` and otherwise uses ``wurk.default_config()``.
+
+Modules, one concern each:
+- ``stats``: :class:`Stats` and :class:`History`, the dashboard numbers.
+- ``queue``: :class:`Queue`: size, latency, pause, browse, clear.
+- ``records``: :class:`JobRecord`, one job read for display and removal.
+- ``sorted_sets`` / ``entries``: the schedule, retry and dead sets and the
+  moves between them (:class:`SortedEntry`).
+- ``processes``: :class:`ProcessSet`, :class:`Process` and remote control.
+- ``workers``: :class:`Workers`, the jobs running now.
+- ``errors``: the lookup and control errors callers catch.
+
+Apply-safety: every read is declared idempotent to the pool; every write
+says next to it whether a replay after a lost reply would be harmless.
+"""
+
+from wurk.api.entries import SortedEntry
+from wurk.api.errors import (
+    JobKilledError,
+    JobNotFoundError,
+    ProcessControlError,
+    UnknownProcessError,
+    UnknownQueueError,
+)
+from wurk.api.processes import Process, ProcessSet
+from wurk.api.queue import Queue
+from wurk.api.records import JobRecord
+from wurk.api.sorted_sets import DeadSet, RetrySet, ScheduledSet, SortedSet
+from wurk.api.stats import History, Stats
+from wurk.api.workers import Work, WorkEntry, Workers
+
+__all__ = [
+    "DeadSet",
+    "History",
+    "JobKilledError",
+    "JobNotFoundError",
+    "JobRecord",
+    "Process",
+    "ProcessControlError",
+    "ProcessSet",
+    "Queue",
+    "RetrySet",
+    "ScheduledSet",
+    "SortedEntry",
+    "SortedSet",
+    "Stats",
+    "UnknownProcessError",
+    "UnknownQueueError",
+    "Work",
+    "WorkEntry",
+    "Workers",
+]
