@@ -31,13 +31,18 @@ if TYPE_CHECKING:
 log = get_logger("wurk.reaper")
 
 
-def recover(config: Config, identity: str, now: float | None = None) -> tuple[int, int]:
-    """Recover one identity's private lists; returns (requeued, killed as poison pills)."""
+def recover(config: Config, identity: str, now: float | None = None, *,
+            attempts: int | None = None) -> tuple[int, int]:
+    """Recover one identity's private lists; returns (requeued, killed as poison pills).
+
+    ``attempts`` caps the pool's tries (the swarm parent makes one per tick).
+    """
     at = time.time() if now is None else now
     reply = config.pool.run(lambda c: RECOVER.run(
         c, [keys.WIP_OWNERS, keys.wip_queues(identity), keys.DEAD, keys.QUEUES],
         [identity, keys.wip_prefix(identity), config.max_recoveries, keys.PILL_PREFIX,
-         keys.PILL_TTL, score(at), score(at - config.dead_timeout), config.dead_max_jobs]))
+         keys.PILL_TTL, score(at), score(at - config.dead_timeout), config.dead_max_jobs]),
+        attempts=attempts)
     requeued, killed = int(reply[0]), int(reply[1])
     if requeued or killed:
         log.warning("reaper.recovered", identity=identity, requeued=requeued, killed=killed)
