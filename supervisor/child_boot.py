@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, NoReturn
 import setproctitle
 
 from wurk import logging as wlog
+from wurk.buffered import flush_push_buffers
 from wurk.cli import load_modules
 from wurk.client import Client
 from wurk.config import configure
@@ -42,7 +43,9 @@ if TYPE_CHECKING:
     from supervisor.topology import Slot
 
 EX_OK = 0
-EX_BOOT = 3          # the slot cannot boot: import error, Redis unreachable
+# The slot cannot boot (import error, Redis unreachable): EX_UNAVAILABLE.
+# Not 3: gunicorn's master halts when any child it reaps exits with 3.
+EX_BOOT = 69
 EX_CRASH = 70        # an unexpected error after boot
 PR_SET_PDEATHSIG = 1
 # Blocked in the supervise thread, hence blocked in a child until it is ready for them.
@@ -65,6 +68,9 @@ def run_child(slot: Slot, index: int, parent_pid: int, ready_fd: int,
             log.error("child.crashed", slot=slot.name, index=index,
                       error=traceback.format_exc())
     finally:
+        with contextlib.suppress(BaseException):
+            # os._exit skips atexit, so send what the push buffer still holds.
+            flush_push_buffers()
         with contextlib.suppress(BaseException):
             sys.stdout.flush()
             sys.stderr.flush()
@@ -123,9 +129,11 @@ def _own_signals() -> tuple[socket.socket, socket.socket]:
     reader, writer = socket.socketpair()
     writer.setblocking(False)
     signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
-    for signum in (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGTTOU,
-                   signal.SIGCHLD):
-        signal.signal(signum, signal.SIG_DFL)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    # The parent's signals: sent to a child by mistake (or by a whole-group
+    # kill) they must not kill it without a drain.
+    for signum in (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGTTOU):
+        signal.signal(signum, signal.SIG_IGN)
     # Ctrl-C reaches the whole process group; the parent decides what it means.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for signum in (signal.SIGTERM, signal.SIGTSTP, signal.SIGTTIN):

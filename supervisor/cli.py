@@ -72,7 +72,8 @@ def _probe(topology: Topology, pid: int) -> int:
     except Exception as exc:  # noqa: BLE001 - a probe answers, it does not crash
         print(f"wurk-swarm: probe failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
-    print(f"wurk-swarm: {result.fresh} of {result.wanted} children beating")
+    counts = ", ".join(f"{name}: {n}" for name, n in result.fresh.items())
+    print(f"wurk-swarm: children beating per slot: {counts}")
     return 0 if result.ok else 1
 
 

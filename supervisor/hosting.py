@@ -19,7 +19,7 @@ from supervisor.topology import Topology, load
 class HostedSwarm:
     def __init__(self, topology: Topology | str | Path) -> None:
         self.topology = topology if isinstance(topology, Topology) else load(topology)
-        self.swarm = Swarm(self.topology)
+        self.swarm = Swarm(self.topology, hosted=True)
 
     def start(self) -> HostedSwarm:
         # Before the first fork, so a boot that fails halfway still drains.

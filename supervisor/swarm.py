@@ -14,6 +14,9 @@ Duties:
 3. ``request_shutdown`` (thread-safe, idempotent) asks the supervise thread
    to drain: TERM every child, wait shutdown_timeout + grace, KILL the rest,
    reap all. ``shutdown`` does the same directly when no supervisor runs.
+4. Remote control (``supervisor.remote``): beat into ``wurk:swarms`` from the
+   supervise loop and carry out the quiet/stop/restart/... an operator sent
+   with ``wurk quiet --swarm``; unregister when the drain ends.
 
 The loop reads like its table of contents in :meth:`Swarm._tick`.
 """
@@ -35,8 +38,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import psutil
+import setproctitle
 
 from supervisor.child_boot import EX_BOOT, MANAGED_SIGNALS, run_child
+from supervisor.remote import RemoteControl, SwarmSnapshot
 from supervisor.systemd import Notifier
 from wurk import logging as wlog
 from wurk.cli import load_modules
@@ -84,8 +89,11 @@ class SlotState:
 
 
 class Swarm:
-    def __init__(self, topology: Topology, *, notifier: Notifier | None = None) -> None:
+    def __init__(self, topology: Topology, *, notifier: Notifier | None = None,
+                 hosted: bool = False) -> None:
         self.topology = topology
+        # Inside a host (a web server), the process title is the host's.
+        self.hosted = hosted
         self.notifier = notifier or Notifier.from_env()
         self.owner_pid = os.getpid()
         self.children: dict[int, Child] = {}
@@ -106,8 +114,10 @@ class Swarm:
         self._next_watchdog = 0.0
         self.supervisor_thread: threading.Thread | None = None
         self._hooks_registered = False
+        self._title = ""
         # Identities of reaped children whose private lists still wait to be recovered.
         self._unrecovered: dict[str, Slot] = {}
+        self.remote = RemoteControl(topology.base, topology.path, self.command)
 
     # -- ownership and hooks ------------------------------------------------
     def owner(self) -> bool:
@@ -195,6 +205,7 @@ class Swarm:
         self._reap()
         if self._unrecovered:
             self._recover_pending()
+        self._refresh_remote()
         if self._draining:
             self._drain_step()
             return
@@ -203,6 +214,7 @@ class Swarm:
         self._check_memory()
         self._kill_overdue()
         self._report_to_systemd()
+        self._update_title()
 
     def _wait(self, timeout: float) -> None:
         fds = [self._wake_r,
@@ -239,6 +251,14 @@ class Swarm:
                 log.warning("swarm.unknown_command", command=name)
             else:
                 handler()
+
+    def _refresh_remote(self) -> None:
+        state = "draining" if self._draining else "quiet" if self._quiet else "running"
+        children = sorted((c.slot.name, c.index, c.identity) for c in self.children.values()
+                          if c.identity is not None)
+        self.remote.refresh(SwarmSnapshot(
+            slots={name: s.wanted for name, s in self.slots.items()},
+            children=[identity for _, _, identity in children], state=state))
 
     def _cmd_shutdown(self) -> None:
         if self._draining:
@@ -338,6 +358,10 @@ class Swarm:
                 try:
                     pid, status = os.waitpid(target, os.WNOHANG)
                 except ChildProcessError:
+                    if target != -1 and not _exists(target):
+                        # Someone else reaped it (a host that waits on every
+                        # child); its status is lost, so report it as unknown.
+                        found.append((target, UNKNOWN_STATUS))
                     break
                 if pid == 0:
                     break
@@ -496,6 +520,7 @@ class Swarm:
     # -- drain ----------------------------------------------------------
     def _drain_step(self) -> None:
         if not self.children:
+            self.remote.unregister()
             self._finished.set()
             log.info("swarm.drained", exit_code=self.exit_code)
             return
@@ -536,6 +561,15 @@ class Swarm:
             self._next_watchdog = now + interval
             self.notifier.notify(WATCHDOG=1, STATUS=self._status_line())
 
+    def _update_title(self) -> None:
+        if self.hosted:
+            return
+        state = "quiet" if self._quiet else "draining" if self._draining else "running"
+        title = f"wurk-swarm: parent {state} [{self._status_line()}]"
+        if title != self._title:
+            self._title = title
+            setproctitle.setproctitle(title)
+
     def _status_line(self) -> str:
         return ", ".join(f"{n}: {len(self._live(n))}/{s.wanted}" for n, s in self.slots.items())
 
@@ -572,6 +606,20 @@ def _describe_exit(code: int) -> str:
         return f"signal {signal.Signals(-code).name}"
     except ValueError:  # e.g. SIGRTMIN+3, which has no Signals member
         return f"signal {-code}"
+
+
+# What a child reaped by someone else is reported as: "exited 255".
+UNKNOWN_STATUS = 255 << 8
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _rss_kb(pid: int) -> int:

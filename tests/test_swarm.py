@@ -29,6 +29,7 @@ import pytest
 import redis
 from conftest import RedisServer, start_redis
 
+from supervisor.child_boot import EX_BOOT
 from supervisor.swarm import Child, Swarm
 from supervisor.systemd import Notifier
 from supervisor.topology import parse
@@ -615,7 +616,7 @@ def test_preload_failure_in_the_parent_forks_nothing(launch: Launch, tmp_path: P
         (tmp_path / "bad_preload.py").write_text(module, encoding="utf-8")
     swarm = launch(slot("alpha", queues=["qa"]),
                    require=["bad_preload" if module else "no_such_module_anywhere"])
-    assert swarm.wait_exit(30) == 3  # EX_BOOT, and promptly: never a hang
+    assert swarm.wait_exit(30) == EX_BOOT  # promptly: never a hang
     failed = swarm.events("swarm.boot_failed")
     assert failed
     assert ("SystemExit" if module else "ModuleNotFoundError") in failed[0]["error"]
@@ -768,3 +769,103 @@ def test_notifier_watchdog_interval(monkeypatch: pytest.MonkeyPatch) -> None:
     assert Notifier("@x").watchdog_interval() == 1.5
     monkeypatch.setenv("WATCHDOG_USEC", "soon")
     assert Notifier("@x").watchdog_interval() is None
+
+
+# -- probe and process titles --------------------------------------------------------
+
+def probe(swarm: SwarmProcess, pid: int) -> subprocess.CompletedProcess[str]:
+    topology = sorted(swarm.log_path.parent.glob("topology-*.toml"))[-1]
+    return subprocess.run(
+        [sys.executable, "-m", "supervisor.cli", "--topology", str(topology), "--probe",
+         "--pid", str(pid)], capture_output=True, text=True, timeout=30, check=False,
+        env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+def test_probe_passes_for_a_beating_swarm_and_fails_for_another_pid(
+        launch: Launch) -> None:
+    swarm = launch(slot("alpha", count=2, queues=["qa"]), slot("beta", queues=["qb"]),
+                   layout={"alpha": 2, "beta": 1})
+    swarm.wait_ready()
+    good = probe(swarm, swarm.pid)
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert "alpha: 2" in good.stdout and "beta: 1" in good.stdout
+    other = probe(swarm, swarm.pid + 100_000)
+    assert other.returncode == 1
+    assert "alpha: 0" in other.stdout
+    swarm.send(signal.SIGTERM)
+    assert swarm.wait_exit() == 0
+
+
+def test_parent_and_children_show_what_they_are_in_their_titles(launch: Launch) -> None:
+    swarm = launch(slot("alpha", concurrency=3, queues=["qa"]), layout={"alpha": 1})
+    ready = swarm.wait_ready()
+    parent_title = wait_for(lambda: " ".join(psutil.Process(swarm.pid).cmdline()).startswith(
+        "wurk-swarm: parent") and " ".join(psutil.Process(swarm.pid).cmdline()),
+        what="parent title")
+    assert "running" in parent_title and "alpha: 1/1" in parent_title
+    child = psutil.Process(ready[("alpha", 0)]["pid"])
+    assert wait_for(lambda: "of 3 busy" in " ".join(child.cmdline()), what="child title")
+    assert " ".join(child.cmdline()).startswith("wurk-swarm: child alpha#0")
+    swarm.send(signal.SIGTERM)
+    assert swarm.wait_exit() == 0
+
+
+def test_parent_signals_sent_to_a_child_by_mistake_do_not_kill_it(launch: Launch) -> None:
+    swarm = launch(slot("alpha", queues=["qa"]), layout={"alpha": 1})
+    pid = swarm.wait_ready()[("alpha", 0)]["pid"]
+    for signum in (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGTTOU):
+        os.kill(pid, signum)
+    time.sleep(0.5)
+    assert not gone(pid)
+    assert swarm.events("child.exited") == []
+    swarm.send(signal.SIGTERM)
+    assert swarm.wait_exit() == 0
+
+
+HOSTED_SCRIPT = textwrap.dedent("""
+    import asyncio, json, os, sys, time
+    import redis
+    os.environ["WURK_TOPOLOGY"] = sys.argv[1]
+    import wurk.logging
+    wurk.logging.setup("info", "json")  # the host configures logging, as an app would
+    from examples import asgi_app
+
+    async def lifespan():
+        messages = asyncio.Queue()
+        sent = []
+        async def receive():
+            return await messages.get()
+        async def send(message):
+            sent.append(message["type"])
+        task = asyncio.ensure_future(asgi_app.app({"type": "lifespan"}, receive, send))
+        await messages.put({"type": "lifespan.startup"})
+        r = redis.Redis.from_url(os.environ["TEST_REDIS_URL"], decode_responses=True)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            infos = [r.hget(i, "info") for i in r.smembers("processes")]
+            if sum(1 for i in infos if i and json.loads(i).get("swarm_pid") == os.getpid()) >= 1:
+                break
+            await asyncio.sleep(0.1)
+        print(json.dumps({"event": "hosted.ready", "children": len(infos)}), flush=True)
+        await messages.put({"type": "lifespan.shutdown"})
+        await task
+        print(json.dumps({"event": "hosted.done", "sent": sent,
+                          "exit_code": asgi_app.runner.swarm.exit_code,
+                          "children_left": len(asgi_app.runner.swarm.children)}), flush=True)
+
+    asyncio.run(lifespan())
+""")
+
+
+def test_hosted_swarm_in_an_asgi_app_boots_and_drains_with_the_app(
+        launch: Launch, tmp_path: Path, r: redis.Redis) -> None:
+    script = tmp_path / "hosted.py"
+    script.write_text(HOSTED_SCRIPT, encoding="utf-8")
+    swarm = launch(slot("alpha", count=2, queues=["qa"]), script=script,
+                   layout={"alpha": 2})
+    assert swarm.wait_exit(30) == 0
+    done = swarm.wait_events("hosted.done")[0]
+    assert done["sent"] == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
+    assert done["exit_code"] == 0 and done["children_left"] == 0
+    assert len(swarm.events("child.ready")) == 2
+    assert r.smembers("processes") == set()

@@ -158,10 +158,15 @@ def _reset_after_fork() -> None:
         buffer.after_fork_in_child()
 
 
-def _flush_all_at_exit() -> None:
+def flush_push_buffers() -> None:
+    """Try to send every buffer's pushes (within each one's flush timeout); log the rest.
+
+    Runs at interpreter exit; a process that leaves with ``os._exit`` (a
+    swarm child) calls it itself.
+    """
     for buffer in list(_live_buffers):
         buffer.flush_at_exit()
 
 
 os.register_at_fork(after_in_child=_reset_after_fork)
-atexit.register(_flush_all_at_exit)
+atexit.register(flush_push_buffers)
