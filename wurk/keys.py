@@ -17,6 +17,10 @@ STAT_PROCESSED = "stat:processed"
 STAT_FAILED = "stat:failed"
 PROCESS_CLEANUP_LOCK = "process_cleanup"
 LEADER = "dear-leader"
+# Sidekiq 8's job profiles: a ZSET of profile keys scored by expiry time.
+PROFILES = "profiles"
+# Swarm parents (wurk-swarm) register here; each identity is a hash as a process's is.
+SWARMS = "wurk:swarms"
 
 # Five years, as Sidekiq keeps its per-day counters.
 DAILY_STAT_TTL = 157_680_000
@@ -45,6 +49,11 @@ def work(identity: str) -> str:
 
 def signals(identity: str) -> str:
     return f"{identity}-signals"
+
+
+def profile(token: str, jid: str) -> str:
+    """One job's profile HASH, as Sidekiq 8 names it."""
+    return f"{token}-{jid}"
 
 
 # Reliable fetch (wurk's own names; never Sidekiq Pro's ``queue:sq|*``).
