@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 
 log = get_logger("wurk.fetch")
 ERROR_PAUSE = 1.0
+# The longest a finished job waits for its acknowledgement to be sent.
+ACK_DELAY = 0.05
 
 
 class ReliableFetch:
@@ -44,9 +46,19 @@ class ReliableFetch:
         self.config = config
         self.plan = plan
         self.identity = identity
-        self._cond = threading.Condition(threading.Lock())
+        lock = threading.Lock()
+        # Two conditions on one lock: processors wait on _cond for work, the
+        # fetcher waits on _wake, so handing over one job wakes one processor
+        # and a finished job does not wake the fetcher for nothing.
+        self._cond = threading.Condition(lock)
+        self._wake = threading.Condition(lock)
         self._ready: collections.deque[UnitOfWork] = collections.deque()
         self._acks: list[tuple[UnitOfWork, str | None]] = []
+        self._acks_since = 0.0
+        # Claim a few more than are waiting, so a busy pool pays one round
+        # trip per several jobs; acks wait to ride along, briefly.
+        self._batch = max(1, config.concurrency // 2)
+        self._ack_batch = max(1, config.concurrency)
         self._held: collections.Counter[tuple[str, bytes]] = collections.Counter()
         self._waiting = 0
         self._blocking = False
@@ -76,6 +88,7 @@ class ReliableFetch:
             unstarted = list(self._ready)
             self._ready.clear()
             self._cond.notify_all()
+            self._wake.notify_all()
         self._give_back(unstarted)
 
     def stop(self) -> None:
@@ -83,6 +96,7 @@ class ReliableFetch:
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
+            self._wake.notify_all()
         if self._thread is not None:
             self._thread.join(self.config.fetch_timeout + self.config.redis_read_timeout + 1)
         with self._cond:
@@ -96,7 +110,8 @@ class ReliableFetch:
         deadline = time.monotonic() + self.config.fetch_timeout
         with self._cond:
             self._waiting += 1
-            self._cond.notify_all()
+            if not self._ready:
+                self._wake.notify()
             try:
                 while not self._ready and not self._stopping and not self._quiet:
                     remaining = deadline - time.monotonic()
@@ -109,9 +124,12 @@ class ReliableFetch:
 
     def acknowledge(self, work: UnitOfWork, jid: str | None = None) -> None:
         with self._cond:
+            if not self._acks:
+                self._acks_since = time.monotonic()
             self._acks.append((work, jid))
             direct = self._blocking or self._stopping
-            self._cond.notify_all()
+            if len(self._acks) >= self._ack_batch:
+                self._wake.notify()
         if direct:
             self._flush_acks()
 
@@ -132,19 +150,35 @@ class ReliableFetch:
     def _loop(self) -> None:
         while True:
             with self._cond:
-                while not self._stopping and not self._acks and (
-                        self._quiet or self._waiting <= len(self._ready)):
-                    self._cond.wait()
+                while not self._stopping and not (want := self._want()) \
+                        and not self._acks_due():
+                    self._wake.wait(ACK_DELAY if self._acks else None)
                 if self._stopping:
                     return
-                want = 0 if self._quiet else max(0, self._waiting - len(self._ready))
                 acks, self._acks = self._acks, []
             try:
+                if self._resync_pending:
+                    # The resync after a lost reply failed too: no claim until
+                    # one succeeds, or strays sit in our private list for ever.
+                    self.resync()
+                    self._resync_pending = False
                 claimed = self._claim(want, acks)
                 if want and not claimed:
                     self._block()
             except Exception as exc:  # noqa: BLE001 - keep fetching through Redis trouble
                 self._recover_from(exc, acks)
+
+    def _want(self) -> int:
+        """Jobs to claim now (caller holds the lock): none unless a processor waits."""
+        shortfall = self._waiting - len(self._ready)
+        if self._quiet or shortfall <= 0:
+            return 0
+        return max(shortfall, self._batch)
+
+    def _acks_due(self) -> bool:
+        """Caller holds the lock."""
+        return bool(self._acks) and (len(self._acks) >= self._ack_batch
+                                     or time.monotonic() - self._acks_since >= ACK_DELAY)
 
     def _claim(self, want: int, acks: list[tuple[UnitOfWork, str | None]]) -> int:
         names = self.plan.order()
@@ -169,7 +203,7 @@ class ReliableFetch:
         name = next((q for q in self.plan.order() if q not in paused), None)
         if name is None:
             with self._cond:
-                self._cond.wait(self._block_seconds)
+                self._wake.wait(self._block_seconds)
             return
         with self._cond:
             self._blocking = True
@@ -210,7 +244,7 @@ class ReliableFetch:
         """Caller holds the lock."""
         self._held[(work.queue, work.raw)] += 1
         self._ready.append(work)
-        self._cond.notify_all()
+        self._cond.notify()
 
     def _release(self, work: UnitOfWork) -> None:
         """Caller holds the lock."""
