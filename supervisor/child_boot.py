@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, NoReturn
 import setproctitle
 
 from wurk import logging as wlog
+from wurk import metrics
 from wurk.buffered import flush_push_buffers
 from wurk.cli import load_modules
 from wurk.client import Client
@@ -112,6 +113,9 @@ def reset_after_fork(slot: Slot) -> None:
     configure(slot.config)
     slot.config.reset_pool()
     Client._default = None
+    # The at-fork hook already did this; saying it here keeps the order fixed:
+    # no statsd socket of the parent's is used once Redis and the client are fresh.
+    metrics.reset()
     random.seed()
     wlog.setup(slot.config.log_level, slot.config.log_format)
 

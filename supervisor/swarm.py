@@ -387,7 +387,9 @@ class Swarm:
             self._boot_failed(state, code)
             return
         lived = time.monotonic() - child.born
-        state.crashes = state.crashes + 1 if lived < CRASH_WINDOW and child.kill_at is None else 0
+        # Exit 0 is a clean drain (``wurk stop IDENTITY``): replaced at once, never a crash.
+        crashed = code != 0 and lived < CRASH_WINDOW and child.kill_at is None
+        state.crashes = state.crashes + 1 if crashed else 0
         self._schedule_respawn(state)
 
     def _recover_private_lists(self, child: Child) -> None:

@@ -19,13 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from wurk.config import Config, ConfigError
+from wurk.health import parse_listen
 from wurk.queues import QueueSpecError, parse_queue
 
 # [wurk] keys only the swarm reads (the rest go to each child's Config).
 SWARM_KEYS = {"max_memory_mb", "respawn_backoff_max", "boot_failure_limit",
               "shutdown_grace", "memory_check_interval"}
 SLOT_KEYS = {"name", "count", "concurrency", "queues", "redis_url", "max_memory_mb",
-             "require", "env", "tag", "shutdown_timeout"}
+             "require", "env", "tag", "shutdown_timeout", "health_listen"}
 
 
 class TopologyError(ValueError):
@@ -88,6 +89,7 @@ def parse(document: dict[str, Any], path: Path) -> Topology:
     duplicate = next((n for n in names if names.count(n) > 1), None)
     if duplicate is not None:
         raise TopologyError(f"{where}: slot.name {duplicate!r} is used by more than one slot")
+    _check_health_ports(slots, where)
     topology = Topology(path, base, slots, **_swarm_settings(swarm, where))
     return _with_memory_defaults(topology)
 
@@ -143,6 +145,23 @@ def _slot(raw: Any, index: int, shared: dict[str, Any], where: str) -> Slot:
                                or memory < 0):
         raise TopologyError(f"{at}: max_memory_mb must be a non-negative integer, got {memory!r}")
     return Slot(name, count, config, -1 if memory is None else memory, dict(env))
+
+
+def _check_health_ports(slots: tuple[Slot, ...], where: str) -> None:
+    """A fixed health port is a base: child N listens on base + N, so ranges must not meet."""
+    taken: dict[int, str] = {}
+    for slot in slots:
+        if slot.config.health_listen is None:
+            continue
+        _, base = parse_listen(slot.config.health_listen)
+        for port in range(base, base + slot.count) if base else ():
+            owner = taken.setdefault(port, slot.name)
+            if port > 65535 or owner != slot.name:
+                clash = "exceeds 65535" if port > 65535 else f"is also slot {owner!r}'s"
+                raise TopologyError(
+                    f"{where}: slot {slot.name!r}: health_listen {slot.config.health_listen!r} "
+                    f"gives child #{port - base} port {port}, which {clash}; give each slot "
+                    "its own base port or use port 0")
 
 
 def _check_queues(queues: Any, at: str) -> None:

@@ -76,7 +76,8 @@ class FixedRng(random.Random):
     (ConnectionResetError(104, "reset"), ErrorKind.IO),
     (BrokenPipeError(32, "broken pipe"), ErrorKind.IO),
     (OSError("network is unreachable"), ErrorKind.IO),
-    (rx.BusyLoadingError("Redis is loading the dataset in memory"), ErrorKind.IO),
+    # LOADING is a refusal (nothing ran), not a lost reply: replayable like a failed dial.
+    (rx.BusyLoadingError("Redis is loading the dataset in memory"), ErrorKind.CONNECT),
     (PoolExhausted("no Redis connection free"), ErrorKind.IO),
     (rx.ResponseError("READONLY You can't write against a read only replica."),
      ErrorKind.FAILOVER),

@@ -2,6 +2,10 @@
 
 ``wurk run -r myapp.jobs -q critical:3 -q default -c 10``
 
+The admin commands next to it (``wurk stats``, ``wurk quiet``, ...) come
+from the registry in ``wurk.admin``; this module only installs and
+dispatches them.
+
 Signals (as Sidekiq): TERM or INT stop (drain within shutdown_timeout, push
 unfinished jobs back, exit 0); TSTP quiets (stop fetching, finish running
 jobs); TTIN logs every thread's stack. The main thread only reads signal
@@ -23,6 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
+from wurk import admin
 from wurk import logging as wlog
 from wurk.config import Config, ConfigError, configure
 from wurk.launcher import Launcher, dump_threads
@@ -36,6 +41,7 @@ HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGTSTP, signal.SIGTTIN
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="wurk", description=__doc__.splitlines()[0])
+    admin.add_global_options(parser)
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a worker process")
     run.add_argument("-r", "--require", action="append", default=[],
@@ -47,11 +53,18 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("-g", "--tag", help="a tag shown in the process list")
     run.add_argument("-C", "--config", help="TOML file with a [wurk] table")
     run.add_argument("--log-level", help="debug, info, warning, error")
+    admin.add_commands(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command != "run":
+        return admin.run(args)
+    if args.global_config or args.global_redis_url or args.global_json:
+        # run's own -C would silently win over one given before it.
+        parser.error("give run's options after 'run' (wurk run -C FILE ...)")
     try:
         config = Config.load(
             args.config, require=args.require or None, queues=args.queue or None,

@@ -93,6 +93,20 @@ class Config:
     redis_retry_cap: float = 4.0
     log_level: str = "info"
     log_format: str = "auto"
+    # Observability (wurk.profiler, wurk.metrics, wurk.health); all off by default.
+    # How long a job's profile stays in Redis, in seconds (Sidekiq 8: one day).
+    profile_ttl: int = 86_400
+    # "udp://host:port" of a statsd (or DogStatsD) agent; None sends nothing.
+    metrics_url: str | None = None
+    # Send tags DogStatsD's way (``|#k:v``) instead of folding them into names.
+    metrics_dogstatsd: bool = False
+    # Keep in-process totals and serve them as Prometheus text on GET /metrics
+    # of the health listener (needs health_listen).
+    metrics_prometheus: bool = False
+    # "host:port" for the HTTP health listener (/live, /ready); None: no listener.
+    # A bare ":port" or "port" binds 127.0.0.1; port 0 picks a free port. Swarm
+    # children add their index to a non-zero port.
+    health_listen: str | None = None
 
     error_handlers: list[ErrorHandler] = field(default_factory=list, repr=False)
     death_handlers: list[DeathHandler] = field(default_factory=list, repr=False)
@@ -209,6 +223,11 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "redis_retry_cap": (int, float),
     "log_level": (str,),
     "log_format": (str,),
+    "profile_ttl": (int,),
+    "metrics_url": (str, type(None)),
+    "metrics_dogstatsd": (bool,),
+    "metrics_prometheus": (bool,),
+    "health_listen": (str, type(None)),
 }
 
 
@@ -229,7 +248,8 @@ _CHOICES = {
     "log_format": ("auto", "json", "console"),
     "log_level": ("debug", "info", "warning", "error", "critical"),
 }
-_AT_LEAST_ONE = ("concurrency", "redis_retry_attempts", "redis_pool_size", "push_buffer_size")
+_AT_LEAST_ONE = ("concurrency", "redis_retry_attempts", "redis_pool_size", "push_buffer_size",
+                 "profile_ttl")
 _NON_NEGATIVE = ("shutdown_timeout", "push_flush_timeout", "dead_timeout", "max_retries",
                  "dead_max_jobs", "max_recoveries")
 _POSITIVE = ("heartbeat_interval", "fetch_timeout", "average_scheduled_poll_interval",
@@ -272,6 +292,28 @@ def _problems(config: Config) -> list[tuple[str, str]]:
         found.append(("sentinels", f"must be host:port entries ({bad_address!r} is not)"))
     if not config.redis_url.startswith(_URL_SCHEMES):
         found.append(("redis_url", f"must start with {', '.join(_URL_SCHEMES)}"))
+    return found + _observability_problems(config)
+
+
+def _observability_problems(config: Config) -> list[tuple[str, str]]:
+    found: list[tuple[str, str]] = []
+    # Imported only when set: these modules are not needed by a config without them.
+    try:
+        if config.metrics_url is not None:
+            from wurk.metrics import parse_url  # noqa: PLC0415
+
+            parse_url(config.metrics_url)
+    except ValueError as exc:
+        found.append(("metrics_url", str(exc)))
+    try:
+        if config.health_listen is not None:
+            from wurk.health import parse_listen  # noqa: PLC0415
+
+            parse_listen(config.health_listen)
+    except ValueError as exc:
+        found.append(("health_listen", str(exc)))
+    if config.metrics_prometheus and config.health_listen is None:
+        found.append(("metrics_prometheus", "needs health_listen (it is served there)"))
     return found
 
 

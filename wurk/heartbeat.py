@@ -8,7 +8,8 @@ Duties, every ``heartbeat_interval`` seconds (and once at start):
    ``processes``, write the identity hash (info, busy, beat, quiet, rss,
    rtt_us, concurrency) and pop one remote signal.
 4. Deliver that signal (TSTP quiet, TERM stop, TTIN dump threads) to the
-   launcher's callback.
+   launcher's callback, then run the optional ``on_beat`` hook (metrics
+   gauges) and note the beat's time in ``last_beat`` (the health probe).
 5. At stop: flush the last counts, leave ``processes`` and delete the work
    hashes, letting the identity hash expire on its own as Sidekiq does.
 """
@@ -27,9 +28,9 @@ from typing import TYPE_CHECKING, Any
 import psutil
 
 from wurk import keys
+from wurk.buffered import unapplied
 from wurk.logging import get_logger
 from wurk.payload import dumps
-from wurk.redis_pool import ConnectError
 from wurk.version import __version__
 
 if TYPE_CHECKING:
@@ -59,11 +60,15 @@ class Heartbeat:
     def __init__(self, config: Config, plan: QueuePlan, *, counters: Counters,
                  in_flight: InFlightTable, on_signal: Callable[[str], None],
                  extra_info: dict[str, Any] | None = None,
-                 identity: str | None = None) -> None:
+                 identity: str | None = None,
+                 on_beat: Callable[[], None] | None = None) -> None:
         self.config = config
         self.counters = counters
         self.in_flight = in_flight
         self.on_signal = on_signal
+        self.on_beat = on_beat
+        # Monotonic time of the last beat Redis took (None before the first).
+        self.last_beat: float | None = None
         self.identity = identity or make_identity()
         self.quiet = False
         self.info = self._info(plan, extra_info or {})
@@ -74,17 +79,26 @@ class Heartbeat:
 
     def _info(self, plan: QueuePlan, extra: dict[str, Any]) -> dict[str, Any]:
         hostname, pid, _ = self.identity.rsplit(":", 2)
-        weights = plan.weights()
+        # Sidekiq 7+'s capsule shape: strict order is all weights 0 and
+        # equal weights of 1 are "random" (a shuffle on every fetch).
+        weights = dict.fromkeys(plan.names, 0) if plan.strict else plan.weights()
+        mode = "strict" if plan.strict else (
+            "random" if set(weights.values()) == {1} else "weighted")
         return {
             "hostname": hostname, "started_at": time.time(), "pid": int(pid),
             "tag": self.config.tag, "concurrency": self.config.concurrency,
             "queues": list(plan.names), "weights": [weights], "labels": self.config.labels,
             "identity": self.identity, "version": __version__, "embedded": False,
             "capsules": {"default": {"concurrency": self.config.concurrency,
-                                     "mode": "strict" if plan.strict else "weighted",
+                                     "mode": mode,
                                      "weights": weights}},
             **extra,
         }
+
+    def add_info(self, **fields: Any) -> None:
+        """Fields known only after construction (``health_port``), sent from the next beat."""
+        self.info.update(fields)
+        self._info_json = dumps(self.info)
 
     def start(self) -> None:
         self.beat()
@@ -113,8 +127,11 @@ class Heartbeat:
             ("EXPIRE", self.identity, keys.HEARTBEAT_TTL),
             ("RPOP", keys.signals(self.identity)),
         ], transaction=True, idempotent=False)
+        self.last_beat = time.monotonic()
         if replies[-1] is not None:
             self._deliver(replies[-1].decode())
+        if self.on_beat is not None:
+            self.on_beat()
 
     def flush(self) -> None:
         """Counts and in-flight jobs, in one transaction; counts survive a failed dial."""
@@ -129,10 +146,11 @@ class Heartbeat:
                 commands += [("HSET", key, *fields), ("EXPIRE", key, keys.HEARTBEAT_TTL)]
         try:
             self.config.pool.pipeline(commands, transaction=True)
-        except ConnectError:
-            self.counters.give_back(processed, failed)
-            raise
-        except Exception:
+        except Exception as exc:
+            if unapplied(exc):
+                # Never sent, or refused outright (NOREPLICAS during a failover).
+                self.counters.give_back(processed, failed)
+                raise
             # Sent but unconfirmed: adding the counts back could count them
             # twice, so they are dropped and the loss is logged.
             log.error("heartbeat.stats_lost", processed=processed, failed=failed)

@@ -5,7 +5,7 @@ Duties:
    resolves a payload's class only through this registry, never by importing
    whatever module a payload names.
 2. Carry per-job options (queue, retry, backtrace, dead, retry_queue, tags,
-   retry_in, retries_exhausted) into the payload at push time.
+   profile, retry_in, retries_exhausted) into the payload at push time.
 3. Give every job the enqueue verbs: ``perform_async``, ``perform_in``,
    ``perform_at`` and ``set(...)`` for one-off option overrides.
 """
@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Generic, ParamSpec, TypeVar, overload
 
 from wurk.client import Client
+from wurk.profiler import DEFAULT_TOKEN
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -52,6 +53,9 @@ class JobOptions:
     retry_queue: str | None = None
     tags: tuple[str, ...] | None = None
     retry_for: int | None = None
+    # Profile every run with cProfile (wurk.profiler): a token string, or True
+    # for the default token. Sent as Sidekiq 8's "profile" payload key.
+    profile: bool | str | None = None
     # Not sent: server-side hooks (Sidekiq's sidekiq_retry_in and
     # sidekiq_retries_exhausted blocks).
     retry_in: RetryIn | None = field(default=None, compare=False)
@@ -63,6 +67,8 @@ class JobOptions:
             value = getattr(self, name)
             if value is not None:
                 fields[name] = list(value) if name == "tags" else value
+        if self.profile:
+            fields["profile"] = DEFAULT_TOKEN if self.profile is True else self.profile
         return fields
 
 
@@ -77,6 +83,8 @@ def make_options(base: JobOptions | None = None, **changes: Any) -> JobOptions:
     retry = changes.get("retry", True)
     if not isinstance(retry, bool | int) or (not isinstance(retry, bool) and retry < 0):
         raise TypeError(f"retry must be true, false or a non-negative int, got {retry!r}")
+    if not isinstance(changes.get("profile"), bool | str | None):
+        raise TypeError(f"profile must be a token string or a bool, got {changes['profile']!r}")
     queue = changes.get("queue", "default")
     if not isinstance(queue, str) or not queue:
         raise TypeError(f"queue must be a non-empty string, got {queue!r}")

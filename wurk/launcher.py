@@ -1,12 +1,13 @@
 """The launcher: starts and stops one worker process's parts, in order.
 
 Duties:
-1. ``start``: heartbeat first (so the process is visible before it takes
-   work), then the processor threads, then the scheduler poller.
+1. ``start``: the health listener if configured (its port goes into the
+   heartbeat info), then the heartbeat (so the process is visible before it
+   takes work), then the processor threads, then the scheduler poller.
 2. ``quiet``: stop fetching and stop the poller; running jobs carry on.
 3. ``stop(deadline)``: quiet, let running jobs finish until the monotonic
    deadline, push the unfinished back to their queues, then say goodbye in
-   the heartbeat (flush stats, leave ``processes``).
+   the heartbeat (flush stats, leave ``processes``) and close the listener.
 4. Route remote signals from the heartbeat: TSTP quiets, TERM asks the
    owner to stop (via ``on_stop_request``), TTIN dumps thread stacks.
 """
@@ -20,6 +21,7 @@ import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from wurk import health, metrics
 from wurk.heartbeat import Heartbeat, make_identity
 from wurk.job import Registry, registry
 from wurk.logging import get_logger
@@ -47,7 +49,11 @@ class Launcher:
         self.heartbeat = Heartbeat(config, plan, counters=self.manager.counters,
                                    in_flight=self.manager.in_flight,
                                    on_signal=self._remote_signal, extra_info=extra_info,
-                                   identity=identity)
+                                   identity=identity, on_beat=metrics.beat_reporter(
+                                       config, plan.names, metrics.process_tags(extra_info or {})))
+        self.health: health.HealthServer | None = None
+        # A swarm child's index (in extra_info) offsets a fixed health port.
+        self._index = int((extra_info or {}).get("index", 0))
         self.on_stop_request = on_stop_request
         self.stopped = threading.Event()
 
@@ -56,6 +62,9 @@ class Launcher:
         return self.heartbeat.identity
 
     def start(self) -> None:
+        if self.config.health_listen is not None:
+            self.health = health.serve(self.config, self.heartbeat, index=self._index)
+            self.heartbeat.add_info(health_port=self.health.port)
         # Beat first: a reaper elsewhere must never see our private lists
         # before it can see that we are alive.
         self.heartbeat.start()
@@ -85,6 +94,8 @@ class Launcher:
         if self.config.reliable_fetch:
             self._release_private_lists()
         self.heartbeat.stop()
+        if self.health is not None:
+            self.health.stop()
         self.stopped.set()
         log.info("launcher.stopped", identity=self.identity, requeued=requeued)
         return requeued

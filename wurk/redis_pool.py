@@ -64,7 +64,7 @@ class RedisErrorHook(Protocol):
 
 
 class ErrorKind(enum.Enum):
-    CONNECT = "connect"      # failed while dialing: provably unapplied
+    CONNECT = "connect"      # failed while dialing (or LOADING): provably unapplied
     IO = "io"                # failed after sending: outcome unknown
     FAILOVER = "failover"    # READONLY & co: the command was refused outright
     OTHER = "other"          # a real error reply or a bug: not ours to retry
@@ -81,7 +81,9 @@ class Plan(enum.Enum):
 def classify(error: BaseException) -> ErrorKind:
     if isinstance(error, rx.AuthenticationError | rx.AuthorizationError):
         return ErrorKind.OTHER
-    if isinstance(error, ConnectError):
+    if isinstance(error, ConnectError | rx.BusyLoadingError):
+        # LOADING (a restarted server still reading its data) refuses every
+        # command it answers: as provably unapplied as a failed dial.
         return ErrorKind.CONNECT
     if isinstance(error, rx.ResponseError):
         failover = str(error).startswith(FAILOVER_PREFIXES) or isinstance(error, rx.ReadOnlyError)

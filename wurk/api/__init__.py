@@ -11,6 +11,8 @@ Modules, one concern each:
 - ``sorted_sets`` / ``entries``: the schedule, retry and dead sets and the
   moves between them (:class:`SortedEntry`).
 - ``processes``: :class:`ProcessSet`, :class:`Process` and remote control.
+- ``swarms``: :class:`SwarmSet`, :class:`SwarmProcess`: live ``wurk-swarm``
+  parents and remote control of a whole swarm.
 - ``workers``: :class:`Workers`, the jobs running now.
 - ``errors``: the lookup and control errors callers catch.
 
@@ -31,6 +33,7 @@ from wurk.api.queue import Queue
 from wurk.api.records import JobRecord
 from wurk.api.sorted_sets import DeadSet, RetrySet, ScheduledSet, SortedSet
 from wurk.api.stats import History, Stats
+from wurk.api.swarms import SwarmProcess, SwarmSet, UnknownSwarmError
 from wurk.api.workers import Work, WorkEntry, Workers
 
 __all__ = [
@@ -48,8 +51,11 @@ __all__ = [
     "SortedEntry",
     "SortedSet",
     "Stats",
+    "SwarmProcess",
+    "SwarmSet",
     "UnknownProcessError",
     "UnknownQueueError",
+    "UnknownSwarmError",
     "Work",
     "WorkEntry",
     "Workers",

@@ -1,0 +1,151 @@
+"""``wurk retries|dead|scheduled [list|retry|delete|clear] [JID ...] [--all]``.
+
+Duties:
+1. ``list`` (the default): the entries, soonest first (the morgue newest
+   death first), at most ``--limit`` of them, with the set's full size.
+2. ``retry``: push the named entries (or ``--all``) back to their queues
+   now; from ``retry`` and ``dead`` that is Sidekiq's retry (``retry_count``
+   decremented), from ``scheduled`` it runs the job now.
+3. ``delete`` the named entries (or ``--all``); ``clear`` empties the set.
+4. Name every unknown jid and act on none of them (exit 1); report an entry
+   another operator moved meanwhile, after acting on the rest (exit 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Iterable
+from itertools import islice
+from typing import Any
+
+from wurk.admin.output import clip, table, when
+from wurk.admin.registry import AdminCommand, CommandError, Context, UsageError
+from wurk.api import DeadSet, RetrySet, ScheduledSet, SortedEntry, SortedSet
+
+ACTIONS = ("list", "retry", "delete", "clear")
+DEFAULT_LIMIT = 100
+# What the WHEN column means in each set.
+WHEN_HEADER = {"schedule": "RUNS", "retry": "NEXT TRY", "dead": "DIED"}
+Payload = dict[str, Any]
+
+
+def arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("action", nargs="?", choices=ACTIONS, default="list",
+                        help="what to do (default: list)")
+    parser.add_argument("jids", nargs="*", metavar="JID", help="the entries to act on")
+    parser.add_argument("--all", action="store_true", help="retry or delete every entry")
+    parser.add_argument("--limit", type=int, default=DEFAULT_LIMIT,
+                        help=f"list at most this many entries (default {DEFAULT_LIMIT}; 0: all)")
+
+
+def entry_payload(entry: SortedEntry) -> Payload:
+    return {"jid": entry.jid, "class": entry.klass, "queue": entry.queue,
+            "args": entry.display_args, "at": entry.at, "retry_count": entry.retry_count,
+            "error_class": entry.error_class, "error_message": entry.error_message}
+
+
+# -- list ------------------------------------------------------------------------
+def do_list(ctx: Context, jobs: SortedSet, args: argparse.Namespace) -> None:
+    if args.jids or args.all:
+        raise UsageError("list takes no JIDs and no --all")
+    if args.limit < 0:
+        raise UsageError(f"--limit must be 0 (all) or more, got {args.limit}")
+    entries = jobs.entries(descending=isinstance(jobs, DeadSet))
+    shown = [entry_payload(e) for e in islice(entries, args.limit or None)]
+    ctx.emit({"set": jobs.name, "size": jobs.size, "entries": shown}, render_list)
+
+
+def render_list(payload: Payload, now: float) -> list[str]:
+    rows = [(e["jid"], e["class"], e["queue"], when(e["at"], now),
+             "" if e["retry_count"] is None else e["retry_count"], _error(e),
+             clip(e["args"], 40)) for e in payload["entries"]]
+    header = ("JID", "CLASS", "QUEUE", WHEN_HEADER.get(payload["set"], "AT"), "RETRIES",
+              "ERROR", "ARGS")
+    lines = table(header, rows, empty=f"the {payload['set']} set is empty")
+    if len(rows) < payload["size"]:
+        lines.append(f"({len(rows)} of {payload['size']} shown; --limit 0 shows all)")
+    return lines
+
+
+def _error(entry: Payload) -> str:
+    if entry["error_class"] is None:
+        return ""
+    return clip(f"{entry['error_class']}: {entry['error_message'] or ''}", 50)
+
+
+# -- retry / delete / clear --------------------------------------------------------
+def do_retry(ctx: Context, jobs: SortedSet, args: argparse.Namespace) -> None:
+    def move(entry: SortedEntry) -> bool:
+        return entry.add_to_queue() if isinstance(jobs, ScheduledSet) else entry.retry()
+    _act(ctx, jobs, args, move)
+
+
+def do_delete(ctx: Context, jobs: SortedSet, args: argparse.Namespace) -> None:
+    _act(ctx, jobs, args, SortedEntry.delete)
+
+
+def _act(ctx: Context, jobs: SortedSet, args: argparse.Namespace,
+         act: Callable[[SortedEntry], bool]) -> None:
+    done: list[str | None] = []
+    lost: list[str | None] = []
+    for entry in select(jobs, args):
+        (done if act(entry) else lost).append(entry.jid)
+    ctx.emit({"set": jobs.name, "action": args.action, "count": len(done), "jids": done},
+             render_action)
+    if lost:
+        raise CommandError(f"{_quoted(lost)} left the {jobs.name!r} set before this "
+                           f"{args.action} reached {'it' if len(lost) == 1 else 'them'}")
+
+
+def select(jobs: SortedSet, args: argparse.Namespace) -> Iterable[SortedEntry]:
+    """The entries named by jid (all must exist) or, with ``--all``, every entry."""
+    if args.all and args.jids:
+        raise UsageError(f"give {args.action} JIDs or --all, not both")
+    if not args.all and not args.jids:
+        raise UsageError(f"{args.action} needs JIDs or --all")
+    if args.all:
+        return jobs
+    found = {jid: jobs.find_job(jid) for jid in dict.fromkeys(args.jids)}
+    missing = [jid for jid, entry in found.items() if entry is None]
+    if missing:
+        noun = "job with jid" if len(missing) == 1 else "jobs with jids"
+        raise CommandError(f"no {noun} {_quoted(missing)} in the {jobs.name!r} set")
+    return [entry for entry in found.values() if entry is not None]
+
+
+def do_clear(ctx: Context, jobs: SortedSet, args: argparse.Namespace) -> None:
+    if args.jids or args.all:
+        raise UsageError("clear takes no JIDs: it empties the whole set")
+    size = jobs.size
+    jobs.clear()
+    ctx.emit({"set": jobs.name, "action": "clear", "count": size, "jids": None},
+             render_action)
+
+
+def render_action(payload: Payload, now: float) -> list[str]:
+    verb = {"retry": "retried", "delete": "deleted", "clear": "cleared"}[payload["action"]]
+    if payload["set"] == "schedule" and payload["action"] == "retry":
+        verb = "queued now"
+    noun = "job" if payload["count"] == 1 else "jobs"
+    line = f"{verb} {payload['count']} {noun} from the {payload['set']} set"
+    return [f"{line}: {', '.join(map(str, payload['jids']))}" if payload["jids"] else line]
+
+
+def _quoted(jids: Iterable[str | None]) -> str:
+    return ", ".join(repr(jid) for jid in jids)
+
+
+ACTION_RUNNERS = {"list": do_list, "retry": do_retry, "delete": do_delete, "clear": do_clear}
+
+
+def sorted_set_command(name: str, kind: type[SortedSet], what: str) -> AdminCommand:
+    def run(ctx: Context, args: argparse.Namespace) -> None:
+        ACTION_RUNNERS[args.action](ctx, kind(config=ctx.config), args)
+    return AdminCommand(name, f"list, retry, delete or clear {what}", run, arguments)
+
+
+COMMANDS = (
+    sorted_set_command("retries", RetrySet, "failed jobs waiting to be retried"),
+    sorted_set_command("dead", DeadSet, "jobs in the morgue"),
+    sorted_set_command("scheduled", ScheduledSet, "jobs scheduled for later"),
+)

@@ -1,0 +1,190 @@
+"""Swarms: the ``wurk-swarm`` parents that are alive, and remote control of them.
+
+A swarm parent works no jobs, so it is not in ``processes``; it beats into
+the SET ``wurk:swarms`` and a hash under its identity
+(``<hostname>:<pid>:swarm-<hex>``) from its supervise loop, with a 60 s TTL
+(``supervisor.remote`` writes them).
+
+Duties:
+1. :class:`SwarmSet`: iterate the live swarms (members whose hash still has
+   ``info``), sorted by identity, pruning the members whose hash expired;
+   look one up by identity, raising :class:`UnknownSwarmError`.
+2. :class:`SwarmProcess`: read ``info`` (hostname, pid, started_at, slots,
+   topology), ``beat``, ``state`` and ``children`` leniently: a bad field
+   reads as empty, never as an error.
+3. Remote control: ``quiet``/``stop``/``restart`` queue TSTP/TERM/USR1 on
+   ``<identity>-signals`` (LPUSH + EXPIRE 60 in one MULTI); the parent picks
+   one up per heartbeat interval and acts on every child.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from wurk import keys
+from wurk.api.common import resolve, sscan_all, text, to_float, to_int
+from wurk.api.errors import UnknownProcessError
+from wurk.config import Config
+
+if TYPE_CHECKING:
+    from wurk.redis_pool import Conn
+
+# The hash fields a reader needs, in the order SwarmProcess.from_fields expects.
+FIELDS = ("info", "beat", "state", "children")
+
+
+class UnknownSwarmError(UnknownProcessError):
+    """No live swarm has that identity (never registered, drained, or its beat expired)."""
+
+    def __init__(self, identity: str) -> None:
+        LookupError.__init__(self, f"no live swarm with identity {identity!r}")
+        self.identity = identity
+
+
+class SwarmProcess:
+    """One live swarm parent as of its last beat."""
+
+    def __init__(self, identity: str, info: dict[str, Any], fields: dict[str, str | None], *,
+                 config: Config | None = None) -> None:
+        self.identity = identity
+        self.info = info
+        self.fields = fields
+        self.config = resolve(config)
+
+    @classmethod
+    def from_fields(cls, identity: str, values: Sequence[Any], *,
+                    config: Config | None = None) -> SwarmProcess | None:
+        """From an HMGET of FIELDS; None when ``info`` is gone (the beat expired)."""
+        if not values or values[0] is None:
+            return None
+        try:
+            info = json.loads(values[0])
+        except ValueError:
+            return None
+        fields = {name: None if v is None else text(v)
+                  for name, v in zip(FIELDS[1:], values[1:], strict=True)}
+        return cls(identity, info if isinstance(info, dict) else {}, fields, config=config)
+
+    def __repr__(self) -> str:
+        return f"<SwarmProcess {self.identity} {self.state} children={len(self.children)}>"
+
+    @property
+    def hostname(self) -> str:
+        return text(self.info.get("hostname"))
+
+    @property
+    def pid(self) -> int:
+        return to_int(self.info.get("pid"))
+
+    @property
+    def started_at(self) -> float | None:
+        started = self.info.get("started_at")
+        return float(started) if isinstance(started, int | float) else None
+
+    @property
+    def topology(self) -> str:
+        return text(self.info.get("topology"))
+
+    @property
+    def slots(self) -> dict[str, int]:
+        """Slot name to the number of children wanted (changes with TTIN/TTOU)."""
+        slots = self.info.get("slots")
+        if not isinstance(slots, dict):
+            return {}
+        return {str(name): to_int(count) for name, count in slots.items()}
+
+    @property
+    def beat(self) -> float:
+        return to_float(self.fields.get("beat"))
+
+    @property
+    def state(self) -> str:
+        """``running``, ``quiet`` or ``draining``."""
+        return self.fields.get("state") or "running"
+
+    @property
+    def children(self) -> list[str]:
+        """The identities of the children that have registered (see ``wurk processes``)."""
+        try:
+            children = json.loads(self.fields.get("children") or "[]")
+        except ValueError:
+            return []
+        return [str(c) for c in children] if isinstance(children, list) else []
+
+    # -- remote control ---------------------------------------------------
+    def quiet(self) -> None:
+        """Quiet every child (TSTP) and stop respawning, at the swarm's next beat."""
+        self.signal("TSTP")
+
+    def stop(self) -> None:
+        """Drain every child and exit (TERM) at the swarm's next beat."""
+        self.signal("TERM")
+
+    def restart(self) -> None:
+        """Rolling restart, one child at a time, replacement first (USR1)."""
+        self.signal("USR1")
+
+    def signal(self, name: str) -> None:
+        key = keys.signals(self.identity)
+        # Not replay-safe: a replay after a lost reply would queue the signal twice.
+        self.config.pool.pipeline([("LPUSH", key, name), ("EXPIRE", key, keys.HEARTBEAT_TTL)],
+                                  transaction=True)
+
+
+class SwarmSet:
+    """The swarm parents that beat into ``wurk:swarms``."""
+
+    def __init__(self, *, config: Config | None = None) -> None:
+        self.config = resolve(config)
+
+    def __iter__(self) -> Iterator[SwarmProcess]:
+        """Live swarms, sorted by identity; members whose beat expired are pruned."""
+        swarms, expired = self.config.pool.run(self._read_all, idempotent=True)
+        if expired:
+            self.prune(expired)
+        return iter(swarms)
+
+    def _read_all(self, conn: Conn) -> tuple[list[SwarmProcess], list[str]]:
+        identities = sscan_all(conn, keys.SWARMS)
+        rows = conn.pipeline([("HMGET", identity, *FIELDS) for identity in identities])
+        swarms, expired = [], []
+        for identity, row in zip(identities, rows, strict=True):
+            swarm = SwarmProcess.from_fields(identity, row, config=self.config)
+            if swarm is None:
+                expired.append(identity)
+            else:
+                swarms.append(swarm)
+        return swarms, expired
+
+    def prune(self, identities: Sequence[str]) -> int:
+        """Forget these identities; returns how many were removed.
+
+        A swarm that re-registers between the read and this SREM drops out of
+        the set until its next beat re-adds it (one heartbeat interval).
+        """
+        # Replay-safe: removing an absent member changes nothing.
+        return int(self.config.pool.call("SREM", keys.SWARMS, *identities, idempotent=True))
+
+    @property
+    def size(self) -> int:
+        """SCARD ``wurk:swarms``: unpruned until the next iteration."""
+        return int(self.config.pool.call("SCARD", keys.SWARMS, idempotent=True))
+
+    def __len__(self) -> int:
+        return self.size
+
+    def get(self, identity: str) -> SwarmProcess | None:
+        """The live swarm ``identity``: registered and beat unexpired, else None."""
+        member, row = self.config.pool.pipeline(
+            [("SISMEMBER", keys.SWARMS, identity), ("HMGET", identity, *FIELDS)],
+            idempotent=True)
+        return SwarmProcess.from_fields(identity, row, config=self.config) if member else None
+
+    def lookup(self, identity: str) -> SwarmProcess:
+        """As ``get``, raising :class:`UnknownSwarmError` when there is none."""
+        swarm = self.get(identity)
+        if swarm is None:
+            raise UnknownSwarmError(identity)
+        return swarm
