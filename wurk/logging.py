@@ -38,8 +38,20 @@ def _factory(*_args: Any) -> StderrLineLogger:
     return StderrLineLogger()
 
 
+# The level setup() installed; before any setup() everything is passed on to
+# structlog (whatever it is configured to do, e.g. capture_logs in tests).
+_threshold = logging.NOTSET
+
+
+def enabled(level: str) -> bool:
+    """Whether events at ``level`` would be written: a cheap check for hot paths."""
+    return logging.getLevelNamesMapping()[level.upper()] >= _threshold
+
+
 def setup(level: str = "info", fmt: str = "auto") -> None:
     """Configure structlog for this process. Safe to call again after fork."""
+    global _threshold  # noqa: PLW0603 - one logging level per process
+    _threshold = logging.getLevelNamesMapping()[level.upper()]
     use_json = fmt == "json" or (fmt == "auto" and not sys.stderr.isatty())
     renderer: Any = (
         structlog.processors.JSONRenderer()

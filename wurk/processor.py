@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from wurk import logging as wlog
 from wurk import metrics, middleware, profiler
 from wurk.job import Registered, Registry, UnknownJobError
 from wurk.logging import get_logger
@@ -82,7 +83,10 @@ class Processor:
     def _run(self, job: dict[str, Any], queue: str,
              entry: Registered | None) -> BaseException | None:
         context = {"jid": job.get("jid"), "class": job["class"], "queue": queue}
-        log.info("job.start", **context)
+        # Checked once per job: with info lines off, a job pays no logging at all.
+        chatty = wlog.enabled("info")
+        if chatty:
+            log.info("job.start", **context)
         started = time.perf_counter()
         try:
             if entry is None:
@@ -94,7 +98,8 @@ class Processor:
             log.warning("job.fail", elapsed=round(time.perf_counter() - started, 6),
                         error=f"{type(exc).__name__}: {exc}", **context)
             return exc
-        log.info("job.done", elapsed=round(time.perf_counter() - started, 6), **context)
+        if chatty:
+            log.info("job.done", elapsed=round(time.perf_counter() - started, 6), **context)
         return None
 
     def _failed(self, job: dict[str, Any], work: UnitOfWork, exc: BaseException,
