@@ -54,6 +54,8 @@ log = wlog.get_logger("wurk.swarm")
 TICK = 0.5
 # A child that dies within this many seconds of its birth counts as crash-looping.
 CRASH_WINDOW = 10.0
+# The systemd watchdog is fed only while every child beat within this many intervals.
+BEATS_FRESH = 3
 BACKOFF_BASE = 0.5
 
 
@@ -559,9 +561,29 @@ class Swarm:
             self.notifier.notify(READY=1, STATUS=self._status_line())
         interval = self.notifier.watchdog_interval()
         now = time.monotonic()
-        if interval and all_ready and now >= self._next_watchdog:
+        if interval and all_ready and now >= self._next_watchdog and self._beats_fresh():
             self._next_watchdog = now + interval
             self.notifier.notify(WATCHDOG=1, STATUS=self._status_line())
+
+    def _beats_fresh(self) -> bool:
+        """Every ready child's last heartbeat in Redis is recent (one try per slot)."""
+        now = time.time()
+        for state in self.slots.values():
+            children = [c for c in self._live(state.slot.name) if c.identity is not None]
+            if not children:
+                continue
+            limit = BEATS_FRESH * state.slot.config.heartbeat_interval
+            try:
+                beats = state.slot.config.pool.pipeline(
+                    [("HGET", c.identity, "beat") for c in children], idempotent=True,
+                    attempts=1)
+            except Exception as exc:  # noqa: BLE001 - no watchdog ping without fresh beats
+                log.warning("swarm.watchdog_unknown", slot=state.slot.name,
+                            error=f"{type(exc).__name__}: {exc}")
+                return False
+            if any(b is None or now - float(b) > limit for b in beats):
+                return False
+        return True
 
     def _update_title(self) -> None:
         if self.hosted:

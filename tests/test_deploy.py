@@ -73,6 +73,10 @@ def test_kubernetes_grace_period_covers_the_drain_and_memory_limit_the_children(
     children_mb = sum(s.count * s.max_memory_mb for s in topology.slots)
     assert 0 < children_mb < float(limit[:-2]) * 1024
     assert "--probe" in container["livenessProbe"]["exec"]["command"]
+    ready = container["readinessProbe"]["httpGet"]
+    first = topology.slots[0].config
+    assert ready["path"] == "/ready"
+    assert first.health_listen is not None and first.health_listen.endswith(f":{ready['port']}")
 
 
 def test_keda_scaledobject_targets_the_deployment() -> None:

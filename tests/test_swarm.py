@@ -741,6 +741,35 @@ def test_systemd_hears_ready_after_every_child_and_stopping_on_term(
     assert swarm.wait_exit() == 0
 
 
+def _watchdog_pings(sock: socket.socket, seconds: float) -> int:
+    pings = 0
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            pings += _receive(sock, left).get("WATCHDOG") == "1"
+        except TimeoutError:
+            break
+    return pings
+
+
+def test_watchdog_is_fed_only_while_children_beat(
+        launch: Launch, notify_socket: tuple[socket.socket, str]) -> None:
+    sock, path = notify_socket
+    swarm = launch(slot("alpha", concurrency=1, queues=["qa"]), layout={"alpha": 1},
+                   env={"NOTIFY_SOCKET": path, "WATCHDOG_USEC": "1000000"})
+    child = swarm.wait_ready()[("alpha", 0)]["pid"]
+    assert _watchdog_pings(sock, 3) >= 2
+    os.kill(child, signal.SIGSTOP)  # a wedged child: its heartbeat goes stale
+    try:
+        _watchdog_pings(sock, 2.5)  # beats age past 3 x 0.5 s in this window
+        assert _watchdog_pings(sock, 2) == 0
+    finally:
+        os.kill(child, signal.SIGCONT)
+    assert _watchdog_pings(sock, 3) >= 1
+    swarm.send(signal.SIGTERM)
+    assert swarm.wait_exit() == 0
+
+
 def test_notifier_speaks_to_abstract_and_path_sockets(tmp_path: Path) -> None:
     name = f"wurk-test-{os.getpid()}-{time.monotonic_ns()}"
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
