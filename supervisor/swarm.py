@@ -163,7 +163,8 @@ class Swarm:
         ready_r, ready_w = os.pipe()
         inherited = [self._wake_r, self._wake_w, ready_r,
                      *(c.ready_fd for c in self.children.values() if c.ready_fd is not None)]
-        gc.freeze()
+        if self.topology.gc_freeze:
+            gc.freeze()
         with warnings.catch_warnings():
             # 3.12+ warns about forking a threaded process; we reset what we own.
             warnings.simplefilter("ignore", DeprecationWarning)

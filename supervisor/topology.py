@@ -24,7 +24,7 @@ from wurk.queues import QueueSpecError, parse_queue
 
 # [wurk] keys only the swarm reads (the rest go to each child's Config).
 SWARM_KEYS = {"max_memory_mb", "respawn_backoff_max", "boot_failure_limit",
-              "shutdown_grace", "memory_check_interval"}
+              "shutdown_grace", "memory_check_interval", "gc_freeze"}
 SLOT_KEYS = {"name", "count", "concurrency", "queues", "redis_url", "max_memory_mb",
              "require", "env", "tag", "shutdown_timeout", "health_listen"}
 
@@ -55,6 +55,9 @@ class Topology:
     # Added to shutdown_timeout before the parent KILLs a draining child.
     shutdown_grace: float = 5.0
     memory_check_interval: float = 5.0
+    # Freeze the preloaded heap before forking, so the children's garbage
+    # collections never write to (and so never copy) the shared pages.
+    gc_freeze: bool = True
 
     @property
     def shutdown_timeout(self) -> float:
@@ -110,6 +113,12 @@ def _config(values: dict[str, Any], where: str) -> Config:
 def _swarm_settings(values: dict[str, Any], where: str) -> dict[str, Any]:
     settings: dict[str, Any] = {}
     for key, value in values.items():
+        if key == "gc_freeze":
+            if not isinstance(value, bool):
+                raise TopologyError(f"{where}: [wurk] gc_freeze must be true or false, "
+                                    f"got {value!r}")
+            settings[key] = value
+            continue
         integral = key in ("max_memory_mb", "boot_failure_limit")
         ok_type = isinstance(value, int) if integral else isinstance(value, int | float)
         # NaN passes a "< 0" test and would make every deadline unreachable.
@@ -187,5 +196,6 @@ def _with_memory_defaults(topology: Topology) -> Topology:
     )
     return Topology(topology.path, topology.base, slots, topology.max_memory_mb,
                     topology.respawn_backoff_max, topology.boot_failure_limit,
-                    topology.shutdown_grace, topology.memory_check_interval)
+                    topology.shutdown_grace, topology.memory_check_interval,
+                    topology.gc_freeze)
 
