@@ -545,7 +545,7 @@ def child_report(pool: RedisPool, parent_conn: Conn, wfd: int) -> None:
     """In the child: use the pool, write what was seen to the pipe, exit."""
     code = 1
     try:
-        idle_after_fork = len(pool._idle)
+        idle_after_fork = len(pool.idle_connections())
         conn, cid = pool.run(client_id)
         report = {"idle_after_fork": idle_after_fork, "reused": conn is parent_conn,
                   "cid": cid, "parent_copy_closed": parent_conn.raw._sock is None}
@@ -588,7 +588,7 @@ def live_pool(redis_server: RedisServer, make_pool: Callable[..., RedisPool]) ->
 
 def test_forked_child_never_reuses_the_parents_idle_connection(live_pool: RedisPool) -> None:
     parent_conn, parent_cid = live_pool.run(client_id)
-    assert live_pool._idle == [parent_conn]
+    assert live_pool.idle_connections() == [parent_conn]
     rfd, wfd = os.pipe()
     pid = os.fork()
     if pid == 0:

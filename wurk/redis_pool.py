@@ -25,6 +25,7 @@ import ctypes
 import enum
 import errno
 import os
+import queue
 import random
 import socket
 import sys
@@ -335,30 +336,46 @@ class RedisPool:
         )
 
     def _reset_state(self) -> None:
-        self._idle: list[Conn] = []
+        # Idle connections wait in a SimpleQueue: its get and put are C code,
+        # cheaper on every checkout than a Python Condition.
+        self._idle: queue.SimpleQueue[Conn] = queue.SimpleQueue()
         self._created = 0
-        self._cond = threading.Condition(threading.Lock())
+        self._create_lock = threading.Lock()
 
     # -- checkout -------------------------------------------------------
     def _checkout(self) -> Conn:
-        deadline = time.monotonic() + self.retry.checkout_timeout
-        with self._cond:
-            while not self._idle and self._created >= self.size:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise PoolExhausted(f"no Redis connection free in {self.size}-slot pool")
-                self._cond.wait(remaining)
-            if self._idle:
-                return self._idle.pop()
-            self._created += 1
-        return Conn(self._conn_class(**self._conn_kwargs))
+        try:
+            return self._idle.get_nowait()
+        except queue.Empty:
+            pass
+        with self._create_lock:
+            if self._created < self.size:
+                self._created += 1
+                return Conn(self._conn_class(**self._conn_kwargs))
+        try:
+            return self._idle.get(timeout=self.retry.checkout_timeout)
+        except queue.Empty:
+            raise PoolExhausted(f"no Redis connection free in {self.size}-slot pool") from None
 
     def _checkin(self, conn: Conn) -> None:
         if conn.pid != os.getpid():
             return  # a connection from before the fork: never reuse it
-        with self._cond:
-            self._idle.append(conn)
-            self._cond.notify()
+        self._idle.put(conn)
+
+    def idle_connections(self) -> list[Conn]:
+        """A snapshot of the idle connections (for tests and diagnostics)."""
+        taken = self._drain_idle()
+        for conn in taken:
+            self._idle.put(conn)
+        return taken
+
+    def _drain_idle(self) -> list[Conn]:
+        taken: list[Conn] = []
+        while True:
+            try:
+                taken.append(self._idle.get_nowait())
+            except queue.Empty:
+                return taken
 
     def _checkout_with_retry(self) -> Conn:
         try:
@@ -436,14 +453,15 @@ class RedisPool:
 
     # -- lifecycle --------------------------------------------------------
     def close(self) -> None:
-        with self._cond:
-            idle, self._idle = self._idle, []
+        idle = self._drain_idle()
+        with self._create_lock:
+            self._created -= len(idle)
         for conn in idle:
             conn.close()
 
     def after_fork_in_child(self) -> None:
         """Abandon the parent's sockets: close our copies, never shut them down."""
-        for conn in self._idle:
+        for conn in self._drain_idle():
             # redis-py only calls shutdown() in the pid that opened the socket,
             # so this closes the child's descriptor and leaves the parent's
             # connection intact.

@@ -59,7 +59,9 @@ class ReliableFetch:
         # trip per several jobs; acks wait to ride along, briefly.
         self._batch = max(1, config.concurrency // 2)
         self._ack_batch = max(1, config.concurrency)
-        self._held: collections.Counter[tuple[str, bytes]] = collections.Counter()
+        # Claimed and not yet acknowledged or given back, by object identity
+        # (cheap per job); resync, which is rare, compares payloads.
+        self._held: dict[int, UnitOfWork] = {}
         self._waiting = 0
         self._blocking = False
         self._stopping = False
@@ -264,15 +266,12 @@ class ReliableFetch:
 
     def _hand_over(self, work: UnitOfWork) -> None:
         """Caller holds the lock."""
-        self._held[(work.queue, work.raw)] += 1
+        self._held[id(work)] = work
         self._ready.put(work)
 
     def _release(self, work: UnitOfWork) -> None:
         """Caller holds the lock."""
-        key = (work.queue, work.raw)
-        self._held[key] -= 1
-        if self._held[key] <= 0:
-            del self._held[key]
+        self._held.pop(id(work), None)
 
     def _flush_acks(self) -> None:
         with self._cond:
@@ -318,7 +317,7 @@ class ReliableFetch:
         contents = self.config.pool.pipeline([("LRANGE", k, 0, -1) for k in lists],
                                              idempotent=True)
         with self._cond:
-            known = collections.Counter(self._held)
+            known = collections.Counter((w.queue, w.raw) for w in self._held.values())
         strays: list[UnitOfWork] = []
         for name, entries in zip(self.plan.names, contents, strict=True):
             for raw in entries:
