@@ -1,0 +1,44 @@
+"""wurk's benchmark job and enqueuers (run in the harness's own interpreter).
+
+The job uses the worker's own Redis pool; bulk enqueue is ``Client.push_bulk``
+with 1 000 jobs per call, paced enqueue one ``Client.push`` per job.
+"""
+
+from __future__ import annotations
+
+import time
+
+import wurk
+from bench.peers.common import DONE_KEY, LAT_KEY, paced, redis_url, work
+
+BULK = 1000
+
+
+class BenchJob(wurk.Job, name="BenchJob"):
+    def perform(self, shape: str, ts: float) -> None:
+        pool = wurk.default_config().pool
+        if ts:
+            pool.call("RPUSH", LAT_KEY, time.time() - ts)
+        work(shape)
+        pool.call("INCR", DONE_KEY)
+
+
+def _client() -> wurk.Client:
+    client = wurk.Client(wurk.Config(redis_url=redis_url()))
+    client.pool.call("PING")
+    return client
+
+
+def enqueue_bulk(n: int, shape: str) -> float:
+    client = _client()
+    started = time.perf_counter()
+    for start in range(0, n, BULK):
+        args = [[shape, 0] for _ in range(min(BULK, n - start))]
+        client.push_bulk({"class": "BenchJob", "args": args})
+    return time.perf_counter() - started
+
+
+def enqueue_paced(rate: float, seconds: float, shape: str) -> tuple[int, float]:
+    client = _client()
+    return paced(rate, seconds,
+                 lambda ts: client.push({"class": "BenchJob", "args": [shape, ts]}))
