@@ -9,7 +9,8 @@ import time
 import pytest
 import redis
 from structlog.testing import capture_logs
-from test_api_support import RUBY_IDENTITY, RUBY_INFO, launched, ruby_heartbeat, wait_for
+from test_api_support import RUBY_IDENTITY, RUBY_INFO, launched, ruby_heartbeat
+from waiting import wait_for
 
 from wurk.api import Process, ProcessControlError, ProcessSet, UnknownProcessError
 from wurk.config import Config

@@ -8,7 +8,8 @@ import time
 
 import pytest
 import redis
-from test_api_support import RUBY_JOB, job_json, launched, recording_job, wait_for
+from test_api_support import RUBY_JOB, job_json, launched, recording_job
+from waiting import wait_for
 
 import wurk
 from wurk.api import JobNotFoundError, JobRecord, Queue, UnknownQueueError

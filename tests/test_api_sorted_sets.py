@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 import redis
-from test_api_support import job_json, launched, race, recording_job, wait_for
+from test_api_support import job_json, launched, race, recording_job
+from waiting import wait_for
 
 import wurk
 from wurk.api import (

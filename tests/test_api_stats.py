@@ -14,8 +14,8 @@ from test_api_support import (
     launched,
     recording_job,
     ruby_heartbeat,
-    wait_for,
 )
+from waiting import wait_for
 
 import wurk
 from wurk.api import History, Stats

@@ -31,17 +31,6 @@ RUBY_INFO = {"hostname": "vm", "started_at": 1796022187.704982, "pid": 6757, "ta
              "identity": RUBY_IDENTITY}
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 5.0, interval: float = 0.02) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        time.sleep(interval)
-
-
 def ruby_heartbeat(r: redis.Redis, identity: str, info: dict[str, Any], *, busy: int = 0,
                    quiet: str = "false", rss: int = 31180, extra: dict[str, Any] | None = None,
                    ttl_ms: int = 60_000) -> None:

@@ -15,8 +15,8 @@ from test_api_support import (
     launched,
     recording_job,
     ruby_heartbeat,
-    wait_for,
 )
+from waiting import wait_for
 
 from wurk.api import Work, WorkEntry, Workers
 from wurk.config import Config

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import redis
 from conftest import RedisServer
+from waiting import wait_for
 
 from wurk.payload import new_jid
 
@@ -43,17 +44,6 @@ JOBS_MODULE = textwrap.dedent("""
         _r.rpush("cli:started", str(value))
         time.sleep(30)
 """)
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float = 5.0, interval: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        time.sleep(interval)
 
 
 def child_env(redis_url: str, tmp_path: Path) -> dict[str, str]:

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import redis
 from conftest import RedisServer, free_port, start_redis
+from waiting import wait_for
 
 from supervisor.topology import TopologyError, load
 from wurk.config import Config, ConfigError
@@ -31,17 +32,6 @@ def get(port: int, path: str) -> tuple[int, Any]:
     except urllib.error.HTTPError as exc:
         status, body = exc.code, exc.read()
     return status, json.loads(body)
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float = 5.0, interval: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        time.sleep(interval)
 
 
 @pytest.fixture

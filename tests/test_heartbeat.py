@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import redis
 from structlog.testing import capture_logs
+from waiting import wait_for
 
 import wurk
 from wurk.config import Config
@@ -25,17 +26,6 @@ from wurk.version import __version__
 
 Launch = Callable[..., Launcher]
 IDENTITY = re.compile(r"^(?P<host>.+):(?P<pid>\d+):(?P<nonce>[0-9a-f]{12})$")
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float = 3.0, interval: float = 0.02) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        time.sleep(interval)
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any, cast
@@ -32,6 +32,7 @@ from typing import IO, Any, cast
 import pytest
 import redis
 from conftest import RedisServer, start_redis
+from waiting import wait_for
 
 import wurk
 from wurk.config import Config
@@ -87,18 +88,6 @@ def assert_exact(received: Any, expected: Any) -> None:
     """Same values, same types, same key order: the JSON texts must match."""
     assert json.dumps(received) == json.dumps(expected)
     assert ruby_types(received) == ruby_types(expected)
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.05,
-             what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"{what} not met within {timeout}s")
-        time.sleep(interval)
 
 
 @contextmanager

@@ -11,12 +11,12 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import redis
 import structlog
 from conftest import RedisServer, free_port
+from waiting import wait_for
 
 import wurk
 from wurk import profiler
@@ -25,17 +25,6 @@ from wurk.cli import main
 from wurk.config import Config
 from wurk.job import make_options, registry
 from wurk.launcher import Launcher
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float = 5.0, interval: float = 0.02) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        time.sleep(interval)
 
 
 def profiled_work_marker(n: int) -> int:

@@ -28,6 +28,7 @@ import redis
 from conftest import RedisServer
 from faultproxy import FaultProxy
 from structlog.testing import capture_logs
+from waiting import wait_for
 
 import wurk
 from wurk import keys
@@ -42,17 +43,6 @@ REPO = Path(__file__).resolve().parent.parent
 
 Define = Callable[..., JobFunction[..., Any]]
 Launch = Callable[..., Launcher]
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float = 3.0, interval: float = 0.02) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        time.sleep(interval)
 
 
 def payload(cls: str, *args: Any, queue: str = "default", jid: str | None = None) -> bytes:

@@ -7,11 +7,12 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import redis
+from waiting import wait_for
 
 import wurk
 from wurk.config import Config
@@ -19,17 +20,6 @@ from wurk.job import registry
 from wurk.launcher import Launcher
 from wurk.payload import new_jid
 from wurk.scheduled import Poller, random_poll_interval
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float = 3.0, interval: float = 0.02) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        time.sleep(interval)
 
 
 class FixedRng(random.Random):

@@ -28,6 +28,7 @@ import psutil
 import pytest
 import redis
 from conftest import RedisServer, start_redis
+from waiting import wait_for
 
 from supervisor.child_boot import EX_BOOT
 from supervisor.swarm import Child, Swarm
@@ -88,18 +89,6 @@ BASE_SETTINGS: dict[str, Any] = {
     "shutdown_timeout": 2,
     "shutdown_grace": 2,
 }
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.05,
-             what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"{what} not met within {timeout}s (last value {value!r})")
-        time.sleep(interval)
 
 
 def toml_value(value: Any) -> str:

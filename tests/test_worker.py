@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import redis
+from waiting import wait_for
 
 import wurk
 from wurk.config import Config
@@ -23,17 +24,6 @@ from wurk.payload import new_jid
 
 Define = Callable[..., JobFunction[..., Any]]
 Launch = Callable[..., Launcher]
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float = 3.0, interval: float = 0.02) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        time.sleep(interval)
 
 
 def today() -> str:

@@ -1,0 +1,20 @@
+"""Polling with a deadline, for tests that wait on another thread or process."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02,
+             what: str = "condition") -> Any:
+    """The predicate's first truthy value; AssertionError once ``timeout`` passes."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"{what} not met within {timeout}s (last value {value!r})")
+        time.sleep(interval)
