@@ -26,7 +26,8 @@ import redis
 import structlog
 import test_cli
 from conftest import RedisServer, free_port
-from test_api_support import job_json, launched, recording_job, ruby_heartbeat, wait_for
+from test_api_support import job_json, launched, recording_job, ruby_heartbeat
+from waiting import wait_for
 
 import wurk
 from supervisor.remote import RemoteControl, SwarmSnapshot

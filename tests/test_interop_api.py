@@ -34,9 +34,9 @@ from test_interop_support import (
     require_ruby,
     ruby_sidekiq,
     run_ruby,
-    wait_for,
     wait_run,
 )
+from waiting import wait_for
 
 import wurk
 from wurk.api import ProcessSet, Queue, ScheduledSet, Stats, Workers

@@ -26,10 +26,10 @@ from test_interop_support import (
     require_ruby,
     ruby_types,
     run_ruby,
-    wait_for,
     wait_run,
     zset_items,
 )
+from waiting import wait_for
 
 import wurk
 from wurk.api import DeadSet, RetrySet

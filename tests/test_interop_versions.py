@@ -37,11 +37,11 @@ from test_interop_support import (
     python_jobs,
     require_ruby,
     run_ruby,
-    wait_for,
     wait_run,
     zset_items,
     zset_members,
 )
+from waiting import wait_for
 
 import wurk
 from wurk.api import DeadSet, ProcessSet, Queue, RetrySet, Workers

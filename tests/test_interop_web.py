@@ -40,10 +40,10 @@ from test_interop_support import (
     python_jobs,
     require_ruby,
     ruby_env,
-    wait_for,
     wait_run,
     zset_members,
 )
+from waiting import wait_for
 
 import wurk
 from wurk.config import Config

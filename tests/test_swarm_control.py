@@ -26,7 +26,8 @@ import test_swarm
 from conftest import RedisServer, free_port
 from structlog.testing import capture_logs
 from test_admin_cli import Cli, columns, field_lines
-from test_swarm import REPO, Launch, SwarmProcess, _ts, gone, push, slot, wait_for
+from test_swarm import REPO, Launch, SwarmProcess, _ts, gone, push, slot
+from waiting import wait_for
 
 from supervisor.remote import SIGNAL_COMMANDS, RemoteControl, SwarmSnapshot
 from wurk.config import Config
