@@ -8,14 +8,18 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 import redis
 
 import wurk
 from wurk.config import Config
+from wurk.job import JobFunction
+from wurk.launcher import Launcher
 
 
 def free_port() -> int:
@@ -94,6 +98,38 @@ def config(redis_server: RedisServer, r: redis.Redis) -> Iterator[Config]:
     wurk.Client._default = None
     yield cfg
     cfg.reset_pool()
+
+
+@pytest.fixture
+def launch(config: Config) -> Iterator[Callable[..., Launcher]]:
+    """Start in-process Launchers on the test config; stopped after the test."""
+    started: list[Launcher] = []
+
+    def start(**kwargs: Any) -> Launcher:
+        launcher = Launcher(config, **kwargs)
+        started.append(launcher)
+        launcher.start()
+        return launcher
+
+    yield start
+    for launcher in started:
+        if not launcher.stopped.is_set():
+            launcher.stop(time.monotonic() + 1)
+
+
+@pytest.fixture
+def define() -> Iterator[Callable[..., JobFunction[..., Any]]]:
+    """Register ``@wurk.job`` functions under unique names; forget them afterwards."""
+    names: list[str] = []
+
+    def register(fn: Callable[..., Any], **options: Any) -> JobFunction[..., Any]:
+        name = f"t_{fn.__name__}_{uuid.uuid4().hex[:10]}"
+        names.append(name)
+        return wurk.job(name=name, **options)(fn)
+
+    yield register
+    for name in names:
+        wurk.registry.discard(name)
 
 
 @pytest.fixture(autouse=True)

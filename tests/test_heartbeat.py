@@ -29,22 +29,6 @@ IDENTITY = re.compile(r"^(?P<host>.+):(?P<pid>\d+):(?P<nonce>[0-9a-f]{12})$")
 
 
 @pytest.fixture
-def launch(config: Config) -> Iterator[Launch]:
-    started: list[Launcher] = []
-
-    def start(**kwargs: Any) -> Launcher:
-        launcher = Launcher(config, **kwargs)
-        started.append(launcher)
-        launcher.start()
-        return launcher
-
-    yield start
-    for launcher in started:
-        if not launcher.stopped.is_set():
-            launcher.stop(time.monotonic() + 1)
-
-
-@pytest.fixture
 def blocking_job() -> Iterator[tuple[JobFunction[..., Any], threading.Event, threading.Event]]:
     """A job that signals it started and then waits (at most 3 s) to be released."""
     started = threading.Event()

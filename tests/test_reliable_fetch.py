@@ -17,7 +17,6 @@ import sys
 import textwrap
 import threading
 import time
-import uuid
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -30,10 +29,9 @@ from faultproxy import FaultProxy
 from structlog.testing import capture_logs
 from waiting import wait_for
 
-import wurk
 from wurk import keys
 from wurk.config import Config
-from wurk.job import JobFunction, registry
+from wurk.job import JobFunction
 from wurk.launcher import Launcher
 from wurk.payload import new_jid
 from wurk.reaper import recover, sweep
@@ -73,36 +71,6 @@ def rb(redis_server: RedisServer, r: redis.Redis) -> Iterator[redis.Redis]:
     client = redis.Redis(host="127.0.0.1", port=redis_server.port)
     yield client
     client.close()
-
-
-@pytest.fixture
-def define() -> Iterator[Define]:
-    names: list[str] = []
-
-    def register(fn: Callable[..., Any], **options: Any) -> JobFunction[..., Any]:
-        name = f"rf_{fn.__name__}_{uuid.uuid4().hex[:10]}"
-        names.append(name)
-        return wurk.job(name=name, **options)(fn)
-
-    yield register
-    for name in names:
-        registry.discard(name)
-
-
-@pytest.fixture
-def launch(config: Config) -> Iterator[Launch]:
-    started: list[Launcher] = []
-
-    def start(**kwargs: Any) -> Launcher:
-        launcher = Launcher(config, **kwargs)
-        started.append(launcher)
-        launcher.start()
-        return launcher
-
-    yield start
-    for launcher in started:
-        if not launcher.stopped.is_set():
-            launcher.stop(time.monotonic() + 1)
 
 
 def reliable(launcher: Launcher) -> ReliableFetch:

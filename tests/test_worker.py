@@ -6,8 +6,7 @@ import json
 import sys
 import threading
 import time
-import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -16,9 +15,8 @@ import pytest
 import redis
 from waiting import wait_for
 
-import wurk
 from wurk.config import Config
-from wurk.job import JobFunction, registry
+from wurk.job import JobFunction
 from wurk.launcher import Launcher
 from wurk.payload import new_jid
 
@@ -36,37 +34,6 @@ def stat(r: redis.Redis, name: str) -> int:
 
 class Boom(RuntimeError):
     pass
-
-
-@pytest.fixture
-def define() -> Iterator[Define]:
-    """Register ``@wurk.job`` functions under unique names; forget them afterwards."""
-    names: list[str] = []
-
-    def register(fn: Callable[..., Any], **options: Any) -> JobFunction[..., Any]:
-        name = f"wt_{fn.__name__}_{uuid.uuid4().hex[:10]}"
-        names.append(name)
-        return wurk.job(name=name, **options)(fn)
-
-    yield register
-    for name in names:
-        registry.discard(name)
-
-
-@pytest.fixture
-def launch(config: Config) -> Iterator[Launch]:
-    started: list[Launcher] = []
-
-    def start(**kwargs: Any) -> Launcher:
-        launcher = Launcher(config, **kwargs)
-        started.append(launcher)
-        launcher.start()
-        return launcher
-
-    yield start
-    for launcher in started:
-        if not launcher.stopped.is_set():
-            launcher.stop(time.monotonic() + 1)
 
 
 def processor_threads_done(launcher: Launcher) -> bool:
