@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from wurk import keys
 from wurk.config import Config, default_config
 
 if TYPE_CHECKING:
@@ -82,6 +83,17 @@ def contains_pattern(substring: str) -> str:
         return substring
     escaped = "".join(f"\\{c}" if c in _GLOB_SPECIAL else c for c in substring)
     return f"*{escaped}*"
+
+
+def send_signal(config: Config, identity: str, name: str) -> None:
+    """Queue a remote signal (TSTP, TERM, TTIN, ...) for a process or swarm to pop.
+
+    Not replay-safe: a replay after a lost reply would queue the signal twice,
+    and a second TERM reaches a process already shutting down.
+    """
+    key = keys.signals(identity)
+    config.pool.pipeline([("LPUSH", key, name), ("EXPIRE", key, keys.HEARTBEAT_TTL)],
+                         transaction=True)
 
 
 def sscan_all(conn: Conn, key: str) -> list[str]:

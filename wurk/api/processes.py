@@ -20,7 +20,7 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from wurk import keys
-from wurk.api.common import opt_text, resolve, sscan_all, text, to_float, to_int
+from wurk.api.common import opt_text, resolve, send_signal, sscan_all, text, to_float, to_int
 from wurk.api.errors import ProcessControlError, UnknownProcessError
 from wurk.config import Config
 from wurk.payload import to_seconds
@@ -168,11 +168,7 @@ class Process:
                 "program (a web server), which owns its lifecycle")
 
     def signal(self, name: str) -> None:
-        key = keys.signals(self.identity)
-        # Not replay-safe: a replay after a lost reply would queue the signal
-        # twice, and a second TERM reaches a process already shutting down.
-        self.config.pool.pipeline([("LPUSH", key, name), ("EXPIRE", key, keys.HEARTBEAT_TTL)],
-                                  transaction=True)
+        send_signal(self.config, self.identity, name)
 
 
 class ProcessSet:

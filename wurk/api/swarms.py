@@ -24,7 +24,7 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from wurk import keys
-from wurk.api.common import resolve, sscan_all, text, to_float, to_int
+from wurk.api.common import resolve, send_signal, sscan_all, text, to_float, to_int
 from wurk.api.errors import UnknownProcessError
 from wurk.config import Config
 
@@ -127,10 +127,7 @@ class SwarmProcess:
         self.signal("USR1")
 
     def signal(self, name: str) -> None:
-        key = keys.signals(self.identity)
-        # Not replay-safe: a replay after a lost reply would queue the signal twice.
-        self.config.pool.pipeline([("LPUSH", key, name), ("EXPIRE", key, keys.HEARTBEAT_TTL)],
-                                  transaction=True)
+        send_signal(self.config, self.identity, name)
 
 
 class SwarmSet:
