@@ -22,22 +22,9 @@ import redis
 import redis.exceptions as rx
 from conftest import RedisServer, start_redis
 from faultproxy import FaultProxy
+from recording import Recorder
 
 from wurk.redis_pool import Conn, ConnectError, RedisPool, RetrySettings
-
-
-class Recorder:
-    """An ``on_error`` hook that remembers every report."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[BaseException, int, str]] = []
-
-    def __call__(self, error: BaseException, *, attempt: int, action: str) -> None:
-        self.calls.append((error, attempt, action))
-
-    @property
-    def actions(self) -> list[tuple[str, int]]:
-        return [(action, attempt) for _, attempt, action in self.calls]
 
 
 def reap_probe_clients() -> None:

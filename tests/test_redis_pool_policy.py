@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import redis.exceptions as rx
+from recording import Recorder
 
 from wurk.redis_pool import (
     Conn,
@@ -39,20 +40,6 @@ if TYPE_CHECKING:
 
 # Conn never dials unless a block sends something: nothing listens here.
 NOWHERE = "redis://127.0.0.1:1/0"
-
-
-class Recorder:
-    """An ``on_error`` hook that remembers every report."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[BaseException, int, str]] = []
-
-    def __call__(self, error: BaseException, *, attempt: int, action: str) -> None:
-        self.calls.append((error, attempt, action))
-
-    @property
-    def actions(self) -> list[tuple[str, int]]:
-        return [(action, attempt) for _, attempt, action in self.calls]
 
 
 class FixedRng(random.Random):
