@@ -653,6 +653,48 @@ def test_lost_claim_reply_is_resynced_and_the_job_runs_once(
     assert private_lists(rb, launcher.identity) == []
 
 
+def test_a_disruption_the_pool_absorbed_in_another_thread_still_resyncs(
+        r: redis.Redis, rb: redis.Redis, config: Config, define: Define, launch: Launch,
+        proxy: FaultProxy) -> None:
+    """A promoted replica (or a restarted Redis) can lack an acknowledgement
+    the old server took: the job is back in our private list, unknown to us.
+    The only sign is a disruption somewhere in the pool, perhaps in a job's
+    own call that the pool retried without anyone else seeing an error."""
+    quiet_background(config, proxy)
+    ran: list[str] = []
+
+    def work(tag: str) -> None:
+        if tag == "poke":
+            # The fetcher is idle (the one thread is here), so this call is
+            # the next request through the proxy: dropped, then retried.
+            proxy.drop_next_request()
+            assert config.pool.call("GET", "anything", idempotent=True) is None
+        ran.append(tag)
+
+    job = define(work)
+    launcher = launch()
+    mine = wip(launcher.identity, "default")
+    first = payload(job.name, "first")
+    rb.lpush("queue:default", first)
+    wait_for(lambda: ran == ["first"] and not rb.exists(mine))
+    disruptions = config.pool.disruptions
+    # The acknowledgement "lost": the job is back in our list. Nothing has
+    # gone wrong in this process, so nothing looks.
+    rb.lpush(mine, first)
+    time.sleep(0.5)
+    assert ran == ["first"] and rb.lrange(mine, 0, -1) == [first]
+
+    with capture_logs() as logs:
+        rb.lpush("queue:default", payload(job.name, "poke"))
+        wait_for(lambda: ran[-1:] == ["first"] and len(ran) == 3, timeout=5)
+    assert ran == ["first", "poke", "first"]
+    assert config.pool.disruptions > disruptions
+    assert not any(e["event"] == "fetch.error" for e in logs)  # the fetcher saw no error
+    assert {"event": "fetch.resynced", "jobs": 1, "log_level": "warning"} in logs
+    wait_for(lambda: not rb.exists(mine))
+    assert rb.llen("queue:default") == 0
+
+
 def test_quiet_and_stop_in_a_redis_outage_lose_nothing(
         r: redis.Redis, rb: redis.Redis, config: Config, define: Define, launch: Launch,
         proxy: FaultProxy) -> None:

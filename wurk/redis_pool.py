@@ -336,6 +336,11 @@ class RedisPool:
         )
 
     def _reset_state(self) -> None:
+        # Bumped whenever a connection is dropped for a transient error (I/O,
+        # dial, failover refusal). After one, the server behind the pool may
+        # be a promoted replica or a restarted primary missing the last
+        # writes; a reader compares counts to know when to re-check state.
+        self.disruptions = 0
         # Idle connections wait in a SimpleQueue: its get and put are C code,
         # cheaper on every checkout than a Python Condition.
         self._idle: queue.SimpleQueue[Conn] = queue.SimpleQueue()
@@ -395,8 +400,10 @@ class RedisPool:
         conn = self._checkout_with_retry()
         try:
             yield conn
-        except BaseException:
+        except BaseException as exc:
             conn.close()
+            if classify(exc) is not ErrorKind.OTHER:
+                self.disruptions += 1
             raise
         finally:
             self._checkin(conn)
@@ -431,6 +438,7 @@ class RedisPool:
                 kind = classify(exc)
                 if kind is not ErrorKind.OTHER:
                     conn.close()
+                    self.disruptions += 1
                 plan = retry_plan(kind, attempt, max_attempts,
                                   idempotent=idempotent, dirty=conn.round_trips != odometer)
                 if plan is Plan.PROPAGATE:

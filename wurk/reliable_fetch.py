@@ -11,8 +11,11 @@ Duties:
    the processor when the fetcher is blocked).
 3. ``requeue`` gives unfinished jobs back to their queues (REQUEUE script),
    so a stop or a failed retry write never loses one.
-4. After a claim whose reply was lost, ``resync`` gives back whatever sits in
-   the private lists that this process does not know it holds.
+4. After any disruption of the pool (a claim whose reply was lost, a
+   failover, a restarted Redis), ``resync`` gives back whatever sits in the
+   private lists that this process does not know it holds. A promoted
+   replica may lack an acknowledgement the old primary took; without this
+   the job would wait in a live process's private list until it exits.
 
 Recovering a dead process's lists is the reaper's job (wurk.reaper).
 """
@@ -68,6 +71,7 @@ class ReliableFetch:
         self._quiet = False
         self._thread: threading.Thread | None = None
         self._resync_pending = False
+        self._disruptions_seen = config.pool.disruptions
         self.paused = PausedQueues(config)
         single = len(plan.names) == 1
         # With one queue a blocking move waits on all our work; with several
@@ -182,9 +186,9 @@ class ReliableFetch:
                     return
                 acks, self._acks = self._acks, []
             try:
-                if self._resync_pending:
-                    # The resync after a lost reply failed too: no claim until
-                    # one succeeds, or strays sit in our private list for ever.
+                if self._needs_resync():
+                    # No claim until a resync succeeds, or strays could sit
+                    # in our private lists for ever.
                     self.resync()
                     self._resync_pending = False
                 claimed = self._claim(want, acks)
@@ -192,6 +196,13 @@ class ReliableFetch:
                     self._block()
             except Exception as exc:  # noqa: BLE001 - keep fetching through Redis trouble
                 self._recover_from(exc, acks)
+
+    def _needs_resync(self) -> bool:
+        seen = self.config.pool.disruptions
+        if seen != self._disruptions_seen:
+            self._disruptions_seen = seen
+            self._resync_pending = True
+        return self._resync_pending
 
     def _want(self) -> int:
         """Jobs to claim now (caller holds the lock): none unless a processor waits."""
@@ -299,17 +310,10 @@ class ReliableFetch:
         log.error("fetch.error", error=f"{type(exc).__name__}: {exc}")
         with self._cond:
             # Acks are safe to send again; claims that may have landed are
-            # found by resync once Redis answers.
+            # found by the resync the loop runs before its next claim.
             self._acks = acks + self._acks
         self._resync_pending |= classify(exc) is ErrorKind.IO
         time.sleep(ERROR_PAUSE)
-        if self._resync_pending:
-            try:
-                self.resync()
-            except Exception as again:  # noqa: BLE001
-                log.error("fetch.resync_failed", error=f"{type(again).__name__}: {again}")
-            else:
-                self._resync_pending = False
 
     def resync(self) -> int:
         """Give back private-list entries this process does not know it holds."""
