@@ -7,6 +7,7 @@ Define jobs with ``@wurk.job`` or ``wurk.Job``, enqueue them with
 from wurk.buffered import PushBufferFullError
 from wurk.client import Client
 from wurk.config import Config, ConfigError, configure, default_config
+from wurk.confirmed import PushNotConfirmedError
 from wurk.job import Job, JobFunction, UnknownJobError, job, registry
 from wurk.payload import ArgumentError
 from wurk.version import __version__
@@ -19,6 +20,7 @@ __all__ = [
     "Job",
     "JobFunction",
     "PushBufferFullError",
+    "PushNotConfirmedError",
     "UnknownJobError",
     "__version__",
     "configure",

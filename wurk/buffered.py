@@ -9,6 +9,9 @@ Duties:
 3. A drainer thread sends the buffer, oldest first, when Redis returns. A
    push whose outcome is unknown (the connection broke after sending) may
    have landed, so it is never sent again: it is reported and dropped.
+   A replayable push (replica-confirmed, see wurk.confirmed) is the
+   exception: it is kept and sent again until replicas confirm it, for at
+   most half its markers' lifetime.
 4. At process exit, try one last flush within ``push_flush_timeout`` and log
    the jids that could not be sent.
 5. A forked child starts with an empty buffer, no drainer and fresh locks:
@@ -23,10 +26,11 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
+from wurk import keys
+from wurk.confirmed import PushNotConfirmedError
 from wurk.logging import get_logger
 from wurk.redis_pool import ErrorKind, PoolExhausted, RedisPool, classify
 
@@ -39,11 +43,26 @@ class PushBufferFullError(RuntimeError):
     """Redis is unreachable and the push buffer is full: this push was not taken."""
 
 
+# A replayable push is given up (and reported) before its markers expire.
+REPLAY_LIMIT = keys.PUSHED_TTL / 2
+
+
 @dataclass(frozen=True)
 class PendingPush:
-    commands: Sequence[Sequence[Any]]
-    idempotent: bool
+    # Sends the push; the argument caps the pool's attempts.
+    send: Callable[[int], object]
     jids: tuple[str, ...]
+    # True when sending it again after an unknown outcome cannot enqueue twice.
+    replayable: bool = False
+    since: float = field(default_factory=time.monotonic)
+
+    def worth_keeping(self, exc: BaseException) -> bool:
+        """Whether a failed send may be tried again later."""
+        if unapplied(exc):
+            return True
+        if not self.replayable:
+            return False
+        return isinstance(exc, PushNotConfirmedError) or classify(exc) is ErrorKind.IO
 
 
 def unapplied(exc: BaseException) -> bool:
@@ -78,9 +97,9 @@ class PushBuffer:
                 self._keep(push)
                 return
         try:
-            self.pool.pipeline(push.commands, idempotent=push.idempotent, attempts=1)
+            push.send(1)
         except Exception as exc:
-            if not unapplied(exc):
+            if not push.worth_keeping(exc):
                 raise
             with self._lock:
                 self._keep(push)
@@ -109,20 +128,30 @@ class PushBuffer:
                     return
                 push = self._pending[0]
             try:
-                self.pool.pipeline(push.commands, idempotent=push.idempotent, attempts=1)
+                push.send(1)
             except Exception as exc:  # noqa: BLE001 - the drainer outlives any one failure
-                if unapplied(exc):
+                # Past the limit its markers may be gone, so a resend could double it.
+                expired = push.replayable and time.monotonic() - push.since >= REPLAY_LIMIT
+                if push.worth_keeping(exc) and not expired:
                     time.sleep(pause)
                     pause = min(DRAIN_PAUSE_MAX, pause * 2)
                     continue
-                log.error("push.outcome_unknown", jids=list(push.jids),
-                          error=f"{type(exc).__name__}: {exc}",
-                          hint="it may have landed, so it is not sent again")
-                self.pool.on_error(exc, attempt=1, action="unsafe")
+                self._report_dropped(push, exc)
             pause = DRAIN_PAUSE_MIN
             with self._lock:
                 self._pending.popleft()
                 self._jobs -= len(push.jids)
+
+    def _report_dropped(self, push: PendingPush, exc: BaseException) -> None:
+        if isinstance(exc, PushNotConfirmedError):
+            log.error("push.unconfirmed", jids=list(push.jids), error=str(exc),
+                      hint=f"no replica confirmed it for {REPLAY_LIMIT:g}s; it stays "
+                           "on the primary, unguarded against a failover")
+            return
+        log.error("push.outcome_unknown", jids=list(push.jids),
+                  error=f"{type(exc).__name__}: {exc}",
+                  hint="it may have landed, so it is not sent again")
+        self.pool.on_error(exc, attempt=1, action="unsafe")
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until everything buffered was sent; False if time ran out."""

@@ -8,6 +8,8 @@ Duties:
 3. Declare apply-safety: an immediate push (SADD + LPUSH) is never replayed
    after a round trip may have landed; a scheduled push (ZADD of one exact
    member) is idempotent and may be.
+4. With ``push_replicas``, write through :mod:`wurk.confirmed` instead: each
+   push waits for that many replicas and is safe to send again.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from wurk import keys
 from wurk.buffered import PendingPush, PushBuffer
 from wurk.config import Config, default_config
+from wurk.confirmed import ConfirmedWriter, PushNotConfirmedError, QueuedJob
 from wurk.payload import check_args, dumps, new_jid, now_stamp, score
 
 if TYPE_CHECKING:
@@ -39,6 +42,10 @@ class Client:
         use_buffer = self.config.reliable_push if buffered is None else buffered
         self.buffer = (PushBuffer(self.pool, self.config.push_buffer_size,
                                   self.config.push_flush_timeout) if use_buffer else None)
+        self.confirmed = (ConfirmedWriter(self.config.push_replicas,
+                                          self.config.push_replicas_timeout,
+                                          self.config.redis_read_timeout)
+                          if self.config.push_replicas else None)
 
     @property
     def pool(self) -> RedisPool:
@@ -144,6 +151,9 @@ class Client:
         self._write_mixed([(p, run_at) for p in payloads])
 
     def _write_mixed(self, batch: Sequence[tuple[dict[str, Any], float | None]]) -> None:
+        if self.confirmed is not None:
+            self._write_confirmed(self.confirmed, batch)
+            return
         immediate: dict[str, list[str]] = {}
         scheduled: list[str] = []
         for payload, run_at in batch:
@@ -158,11 +168,33 @@ class Client:
         if scheduled:
             commands.append(("ZADD", keys.SCHEDULE, *scheduled))
         # Only a ZADD of exact members is safe to send twice.
+        idempotent = not immediate
         if self.buffer is None:
-            self.pool.pipeline(commands, idempotent=not immediate)
+            self.pool.pipeline(commands, idempotent=idempotent)
         else:
             jids = tuple(str(p["jid"]) for p, _ in batch)
-            self.buffer.send(PendingPush(commands, not immediate, jids))
+            self.buffer.send(PendingPush(
+                lambda attempts: self.pool.pipeline(commands, idempotent=idempotent,
+                                                    attempts=attempts), jids))
+
+    def _write_confirmed(self, writer: ConfirmedWriter,
+                         batch: Sequence[tuple[dict[str, Any], float | None]]) -> None:
+        jobs = [QueuedJob(str(p["jid"]), p["queue"], dumps(p), run_at) for p, run_at in batch]
+        if self.buffer is not None:
+            # An unconfirmed push waits in the buffer, which sends it again
+            # (a no-op where it already landed) until replicas confirm it.
+            self.buffer.send(PendingPush(
+                lambda attempts: writer.write(self.pool, jobs, attempts=attempts),
+                tuple(job.jid for job in jobs), replayable=True))
+            return
+        tries = self.config.redis_retry_attempts
+        for attempt in range(1, tries + 1):
+            try:
+                writer.write(self.pool, jobs)
+                return
+            except PushNotConfirmedError:
+                if attempt == tries:
+                    raise
 
     def push_raw(self, queue: str, raw: str | bytes) -> None:
         """Put an already-serialised payload back on its queue, oldest end first."""

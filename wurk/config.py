@@ -78,6 +78,11 @@ class Config:
     push_buffer_size: int = 10_000
     # At exit, how long a process tries to send what is still buffered.
     push_flush_timeout: float = 5.0
+    # When above 0, a push counts only once this many replicas confirm it
+    # (WAIT), waiting up to push_replicas_timeout seconds per try; closes the
+    # window in which a failover drops a push the primary had accepted.
+    push_replicas: int = 0
+    push_replicas_timeout: float = 1.0
     # Move due scheduled/retry jobs inside one Lua script (no pop-then-push
     # window); false keeps Sidekiq's classic pop-one-then-push poller.
     reliable_scheduler: bool = True
@@ -213,6 +218,8 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "reliable_push": (bool,),
     "push_buffer_size": (int,),
     "push_flush_timeout": (int, float),
+    "push_replicas": (int,),
+    "push_replicas_timeout": (int, float),
     "reaper_interval": (int, float),
     "max_recoveries": (int,),
     "redis_pool_size": (int, type(None)),
@@ -251,10 +258,11 @@ _CHOICES = {
 _AT_LEAST_ONE = ("concurrency", "redis_retry_attempts", "redis_pool_size", "push_buffer_size",
                  "profile_ttl")
 _NON_NEGATIVE = ("shutdown_timeout", "push_flush_timeout", "dead_timeout", "max_retries",
-                 "dead_max_jobs", "max_recoveries")
+                 "dead_max_jobs", "max_recoveries", "push_replicas")
 _POSITIVE = ("heartbeat_interval", "fetch_timeout", "average_scheduled_poll_interval",
              "poll_interval_average", "redis_connect_timeout", "redis_read_timeout",
-             "redis_retry_cap", "reliable_poll_interval", "reaper_interval")
+             "redis_retry_cap", "reliable_poll_interval", "reaper_interval",
+             "push_replicas_timeout")
 _URL_SCHEMES = ("redis://", "rediss://", "unix://")
 
 

@@ -82,3 +82,15 @@ PILL_PREFIX = "wurk:pill:"
 
 def pill(jid: str) -> str:
     return f"{PILL_PREFIX}{jid}"
+
+
+# Replica-confirmed pushes: one marker per pushed jid, so a push sent again
+# after an unconfirmed WAIT never enqueues the job twice.
+PUSHED_PREFIX = "wurk:pushed:"
+# Long enough to cover every resend of an unconfirmed push (the push buffer
+# gives up at half of it); confirmed pushes retire their markers sooner.
+PUSHED_TTL = 3600
+
+
+def pushed(jid: str) -> str:
+    return f"{PUSHED_PREFIX}{jid}"

@@ -177,3 +177,37 @@ end
 return moved
 """,
 )
+
+# A push that can be sent again without enqueueing anything twice: each job
+# goes in only if its jid's marker is new. A marker that already exists gets
+# its TTL renewed instead, a write that moves this connection's replication
+# offset past the first attempt, so the WAIT that follows covers it too.
+# Markers of pushes already confirmed by replicas are deleted on the way.
+# KEYS: queues set, the markers to retire, then per job its marker and its
+#       destination (queue list, or the schedule set).
+# ARGV: marker TTL, count of markers to retire, then per job
+#       (queue name, score or "" for now, payload).
+PUSH_ONCE = Script(
+    "push_once",
+    """
+local ttl, retire = ARGV[1], tonumber(ARGV[2])
+for k = 2, 1 + retire do redis.call("del", KEYS[k]) end
+local pushed, k = 0, 2 + retire
+for i = 3, #ARGV, 3 do
+  local marker, dest = KEYS[k], KEYS[k + 1]
+  k = k + 2
+  if redis.call("set", marker, "1", "NX", "EX", ttl) then
+    if ARGV[i + 1] == "" then
+      redis.call("sadd", KEYS[1], ARGV[i])
+      redis.call("lpush", dest, ARGV[i + 2])
+    else
+      redis.call("zadd", dest, ARGV[i + 1], ARGV[i + 2])
+    end
+    pushed = pushed + 1
+  else
+    redis.call("expire", marker, ttl)
+  end
+end
+return pushed
+""",
+)
