@@ -284,9 +284,13 @@ def test_stale_idle_socket_is_redialed_for_a_non_idempotent_block(
         proxy.half_close()
     wait_readable(conn)  # the EOF is there before the next block starts
     block = Counted(lpush)
+    disruptions = pool.disruptions
     assert pool.run(block) == 1
     assert block.runs == 1
     assert rec.calls == []  # re-dialed transparently, nothing to report
+    # ... but counted: the server behind it may have changed (a failover
+    # kills the clients of the servers it reconfigures).
+    assert pool.disruptions == disruptions + 1
     assert sleeps == []
     assert proxy.accepted == 2
     assert r.lrange("q", 0, -1) == ["job"]

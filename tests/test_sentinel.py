@@ -163,6 +163,15 @@ def cluster(tmp_path: Path) -> Iterator[SentinelCluster]:
                  and info_replication(replica.port).get("master_link_status") == "up",
                  10, "replica in sync")
 
+        def replica_acknowledges() -> bool:
+            # Connected is not yet "good": min-replicas-to-write counts only a
+            # replica that is online and acknowledging, so probe with a write.
+            with client_for(primary.port) as c:
+                c.set("wurk-test:probe", 1)
+                return bool(c.execute_command("WAIT", 1, 500) == 1)
+
+        wait_for(replica_acknowledges, 10, "replica acknowledges writes")
+
         def sentinels_ready() -> bool:
             for port in found.sentinel_ports:
                 with client_for(port) as c:

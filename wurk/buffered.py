@@ -11,7 +11,7 @@ Duties:
    have landed, so it is never sent again: it is reported and dropped.
    A replayable push (replica-confirmed, see wurk.confirmed) is the
    exception: it is kept and sent again until replicas confirm it, for at
-   most half its markers' lifetime.
+   most half its markers' lifetime after it may first have landed.
 4. At process exit, try one last flush within ``push_flush_timeout`` and log
    the jids that could not be sent.
 5. A forked child starts with an empty buffer, no drainer and fresh locks:
@@ -27,7 +27,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from wurk import keys
 from wurk.confirmed import PushNotConfirmedError
@@ -47,20 +47,27 @@ class PushBufferFullError(RuntimeError):
 REPLAY_LIMIT = keys.PUSHED_TTL / 2
 
 
-@dataclass(frozen=True)
+@dataclass
 class PendingPush:
     # Sends the push; the argument caps the pool's attempts.
     send: Callable[[int], object]
     jids: tuple[str, ...]
     # True when sending it again after an unknown outcome cannot enqueue twice.
     replayable: bool = False
-    since: float = field(default_factory=time.monotonic)
+    # When a send first failed in a way that may have written it; a push
+    # that never reached Redis is kept for as long as it takes.
+    maybe_landed: float | None = None
 
     def worth_keeping(self, exc: BaseException) -> bool:
-        """Whether a failed send may be tried again later."""
+        """Whether a failed send may be tried again later (and note when it may have landed)."""
         if unapplied(exc):
             return True
+        if self.maybe_landed is None:
+            self.maybe_landed = time.monotonic()
         if not self.replayable:
+            return False
+        # Past the limit its markers may be gone, so a resend could double it.
+        if time.monotonic() - self.maybe_landed >= REPLAY_LIMIT:
             return False
         return isinstance(exc, PushNotConfirmedError) or classify(exc) is ErrorKind.IO
 
@@ -130,9 +137,7 @@ class PushBuffer:
             try:
                 push.send(1)
             except Exception as exc:  # noqa: BLE001 - the drainer outlives any one failure
-                # Past the limit its markers may be gone, so a resend could double it.
-                expired = push.replayable and time.monotonic() - push.since >= REPLAY_LIMIT
-                if push.worth_keeping(exc) and not expired:
+                if push.worth_keeping(exc):
                     time.sleep(pause)
                     pause = min(DRAIN_PAUSE_MAX, pause * 2)
                     continue

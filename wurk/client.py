@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from wurk import keys
 from wurk.buffered import PendingPush, PushBuffer
 from wurk.config import Config, default_config
-from wurk.confirmed import ConfirmedWriter, PushNotConfirmedError, QueuedJob
+from wurk.confirmed import ConfirmedPush, ConfirmedWriter, PushNotConfirmedError, QueuedJob
 from wurk.payload import check_args, dumps, new_jid, now_stamp, score
 
 if TYPE_CHECKING:
@@ -179,20 +179,22 @@ class Client:
 
     def _write_confirmed(self, writer: ConfirmedWriter,
                          batch: Sequence[tuple[dict[str, Any], float | None]]) -> None:
-        jobs = [QueuedJob(str(p["jid"]), p["queue"], dumps(p), run_at) for p, run_at in batch]
+        push = ConfirmedPush(tuple(QueuedJob(str(p["jid"]), p["queue"], dumps(p), run_at)
+                                   for p, run_at in batch))
         if self.buffer is not None:
             # An unconfirmed push waits in the buffer, which sends it again
             # (a no-op where it already landed) until replicas confirm it.
             self.buffer.send(PendingPush(
-                lambda attempts: writer.write(self.pool, jobs, attempts=attempts),
-                tuple(job.jid for job in jobs), replayable=True))
+                lambda attempts: writer.write(self.pool, push, attempts=attempts),
+                push.jids, replayable=True))
             return
         tries = self.config.redis_retry_attempts
         for attempt in range(1, tries + 1):
             try:
-                writer.write(self.pool, jobs)
+                writer.write(self.pool, push)
                 return
             except PushNotConfirmedError:
+                # Each try already waited push_replicas_timeout for the replicas.
                 if attempt == tries:
                     raise
 

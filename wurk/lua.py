@@ -178,34 +178,43 @@ return moved
 """,
 )
 
-# A push that can be sent again without enqueueing anything twice: each job
-# goes in only if its jid's marker is new. A marker that already exists gets
-# its TTL renewed instead, a write that moves this connection's replication
-# offset past the first attempt, so the WAIT that follows covers it too.
-# Markers of pushes already confirmed by replicas are deleted on the way.
+# A push that can be sent again without enqueueing anything twice. Each
+# logical push carries a nonce; a job goes in unless its jid's marker already
+# holds that nonce (then this is a resend of a push that landed). A marker
+# with another value, or none, means a new push of that jid (the classic
+# poller, a retry from the admin API) and never blocks it. The job is
+# written before its marker, so a failed write leaves no marker behind. A
+# landed push gets its marker's TTL renewed instead, a write that moves this
+# connection's replication offset past the first attempt, so the WAIT that
+# follows covers it too. Markers of pushes replicas already confirmed are
+# deleted on the way, if they still hold their push's nonce.
 # KEYS: queues set, the markers to retire, then per job its marker and its
 #       destination (queue list, or the schedule set).
-# ARGV: marker TTL, count of markers to retire, then per job
-#       (queue name, score or "" for now, payload).
+# ARGV: marker TTL, count of markers to retire, this push's nonce, the
+#       retired markers' nonces, then per job (queue name, score or "" for
+#       now, payload).
 PUSH_ONCE = Script(
     "push_once",
     """
-local ttl, retire = ARGV[1], tonumber(ARGV[2])
-for k = 2, 1 + retire do redis.call("del", KEYS[k]) end
+local ttl, retire, nonce = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+for r = 1, retire do
+  if redis.call("get", KEYS[1 + r]) == ARGV[3 + r] then redis.call("del", KEYS[1 + r]) end
+end
 local pushed, k = 0, 2 + retire
-for i = 3, #ARGV, 3 do
+for i = 4 + retire, #ARGV, 3 do
   local marker, dest = KEYS[k], KEYS[k + 1]
   k = k + 2
-  if redis.call("set", marker, "1", "NX", "EX", ttl) then
+  if redis.call("get", marker) == nonce then
+    redis.call("expire", marker, ttl)
+  else
     if ARGV[i + 1] == "" then
       redis.call("sadd", KEYS[1], ARGV[i])
       redis.call("lpush", dest, ARGV[i + 2])
     else
       redis.call("zadd", dest, ARGV[i + 1], ARGV[i + 2])
     end
+    redis.call("set", marker, nonce, "EX", ttl)
     pushed = pushed + 1
-  else
-    redis.call("expire", marker, ttl)
   end
 end
 return pushed

@@ -166,10 +166,11 @@ def _server_closed(raw: Any) -> bool:
 class Conn:
     """One checked-out connection. Dials before sending and counts round trips."""
 
-    def __init__(self, raw: Any) -> None:
+    def __init__(self, raw: Any, on_redial: Callable[[], None] | None = None) -> None:
         self.raw = raw
         self.round_trips = 0
         self.pid = os.getpid()
+        self._on_redial = on_redial
 
     def _dial(self) -> None:
         raw: Any = self.raw
@@ -179,6 +180,10 @@ class Conn:
             if not _server_closed(raw):
                 return
             raw.disconnect()
+            # The server dropped us while idle: a restart, or a failover
+            # (Sentinel kills the clients of the servers it reconfigures).
+            if self._on_redial is not None:
+                self._on_redial()
         try:
             raw.connect()
         except (rx.AuthenticationError, rx.AuthorizationError):
@@ -201,12 +206,13 @@ class Conn:
         return reply
 
     def pipeline(self, commands: Sequence[Sequence[Any]], *, transaction: bool = False,
-                 raise_on_error: bool = True) -> list[Any]:
+                 raise_on_error: bool = True, timeout: float | None = None) -> list[Any]:
         """Send many commands in one write and read every reply: one round trip.
 
         With ``transaction`` they are wrapped in MULTI/EXEC and the EXEC reply
         is returned. Error replies are returned in place (or the first is
         raised after every reply has been read, keeping the stream in step).
+        ``timeout`` replaces the read timeout for each reply (a WAIT inside).
         """
         if not commands:
             return []
@@ -216,7 +222,8 @@ class Conn:
         replies: list[Any] = []
         for _ in wire:
             try:
-                replies.append(self.raw.read_response())
+                replies.append(self.raw.read_response(timeout=timeout) if timeout
+                               else self.raw.read_response())
             except rx.ResponseError as exc:
                 replies.append(exc)
         # As in call(): a batch the server refused outright (READONLY & co, or
@@ -337,9 +344,10 @@ class RedisPool:
 
     def _reset_state(self) -> None:
         # Bumped whenever a connection is dropped for a transient error (I/O,
-        # dial, failover refusal). After one, the server behind the pool may
-        # be a promoted replica or a restarted primary missing the last
-        # writes; a reader compares counts to know when to re-check state.
+        # dial, failover refusal) or found dropped by the server while idle.
+        # After one, the server behind the pool may be a promoted replica or
+        # a restarted primary missing the last writes; a reader compares
+        # counts to know when to re-check state.
         self.disruptions = 0
         # Idle connections wait in a SimpleQueue: its get and put are C code,
         # cheaper on every checkout than a Python Condition.
@@ -356,11 +364,15 @@ class RedisPool:
         with self._create_lock:
             if self._created < self.size:
                 self._created += 1
-                return Conn(self._conn_class(**self._conn_kwargs))
+                return Conn(self._conn_class(**self._conn_kwargs), self._note_disruption)
         try:
             return self._idle.get(timeout=self.retry.checkout_timeout)
         except queue.Empty:
             raise PoolExhausted(f"no Redis connection free in {self.size}-slot pool") from None
+
+    def _note_disruption(self) -> None:
+        # Unlocked: a lost increment still leaves the count changed.
+        self.disruptions += 1
 
     def _checkin(self, conn: Conn) -> None:
         if conn.pid != os.getpid():
@@ -403,7 +415,7 @@ class RedisPool:
         except BaseException as exc:
             conn.close()
             if classify(exc) is not ErrorKind.OTHER:
-                self.disruptions += 1
+                self._note_disruption()
             raise
         finally:
             self._checkin(conn)
@@ -438,7 +450,7 @@ class RedisPool:
                 kind = classify(exc)
                 if kind is not ErrorKind.OTHER:
                     conn.close()
-                    self.disruptions += 1
+                    self._note_disruption()
                 plan = retry_plan(kind, attempt, max_attempts,
                                   idempotent=idempotent, dirty=conn.round_trips != odometer)
                 if plan is Plan.PROPAGATE:
