@@ -264,6 +264,12 @@ def test_push_replicas_settings_are_checked() -> None:
     config = Config.load(env={"WURK_PUSH_REPLICAS": "2", "WURK_PUSH_REPLICAS_TIMEOUT": "0.5"})
     assert (config.push_replicas, config.push_replicas_timeout) == (2, 0.5)
     assert Client(Config()).confirmed is None
+    # With Sentinel there is a replica to fail over to: confirm on one unless told.
+    sentinel = {"sentinels": ["127.0.0.1:1"], "sentinel_master": "m"}
+    assert Config(**sentinel).replicas_to_confirm == 1
+    assert Config(push_replicas=0, **sentinel).replicas_to_confirm == 0
+    assert Config(push_replicas=2).replicas_to_confirm == 2
+    assert Config().replicas_to_confirm == 0
 
 
 def test_unreachable_redis_is_still_a_connection_error(pair: Pair) -> None:

@@ -9,7 +9,8 @@ would later throw away. wurk treats NOREPLICAS as "refused, nothing applied":
 the pool reconnects through Sentinel, the push buffer keeps refused pushes,
 the fetcher and the jobs try again.
 
-A client (reliable push, confirmed by a replica: ``push_replicas = 1``) and
+A client (reliable push, confirmed by a replica: with Sentinel configured,
+``push_replicas`` defaults to 1) and
 an in-process Launcher (reliable fetch) push and work jobs while ``SENTINEL
 FAILOVER`` runs; afterwards every pushed jid is in ``done`` and both talk to
 the new primary.
@@ -248,11 +249,13 @@ def test_failover_under_load_loses_no_job(cluster: SentinelCluster) -> None:
     worker_config = sentinel_config(cluster, hook, concurrency=5, heartbeat_interval=0.5,
                                     fetch_timeout=0.5, poll_interval_average=0.5,
                                     shutdown_timeout=2.0)
-    client_config = sentinel_config(cluster, hook, push_replicas=1)
+    # push_replicas unset: with Sentinel, pushes are confirmed on one replica.
+    client_config = sentinel_config(cluster, hook)
     _worker["config"] = worker_config
     launcher = Launcher(worker_config)
     client = wurk.Client(client_config)
     assert client.buffer is not None  # reliable push is on by default
+    assert client.confirmed is not None and client.confirmed.replicas == 1
     pusher = Pusher(client)
     try:
         launcher.start()

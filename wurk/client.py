@@ -42,10 +42,10 @@ class Client:
         use_buffer = self.config.reliable_push if buffered is None else buffered
         self.buffer = (PushBuffer(self.pool, self.config.push_buffer_size,
                                   self.config.push_flush_timeout) if use_buffer else None)
-        self.confirmed = (ConfirmedWriter(self.config.push_replicas,
-                                          self.config.push_replicas_timeout,
+        replicas = self.config.replicas_to_confirm
+        self.confirmed = (ConfirmedWriter(replicas, self.config.push_replicas_timeout,
                                           self.config.redis_read_timeout)
-                          if self.config.push_replicas else None)
+                          if replicas else None)
 
     @property
     def pool(self) -> RedisPool:

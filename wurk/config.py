@@ -81,7 +81,9 @@ class Config:
     # When above 0, a push counts only once this many replicas confirm it
     # (WAIT), waiting up to push_replicas_timeout seconds per try; closes the
     # window in which a failover drops a push the primary had accepted.
-    push_replicas: int = 0
+    # Unset means 1 with Sentinel (there is a replica to fail over to) and 0
+    # without.
+    push_replicas: int | None = None
     push_replicas_timeout: float = 1.0
     # Move due scheduled/retry jobs inside one Lua script (no pop-then-push
     # window); false keeps Sidekiq's classic pop-one-then-push poller.
@@ -173,6 +175,13 @@ class Config:
         return self.redis_pool_size or self.concurrency + 5
 
     @property
+    def replicas_to_confirm(self) -> int:
+        """How many replicas must confirm each push (see ``push_replicas``)."""
+        if self.push_replicas is not None:
+            return self.push_replicas
+        return 1 if self.sentinels else 0
+
+    @property
     def pool(self) -> RedisPool:
         if self._pool is None:
             self._pool = RedisPool.from_config(self)
@@ -218,7 +227,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "reliable_push": (bool,),
     "push_buffer_size": (int,),
     "push_flush_timeout": (int, float),
-    "push_replicas": (int,),
+    "push_replicas": (int, type(None)),
     "push_replicas_timeout": (int, float),
     "reaper_interval": (int, float),
     "max_recoveries": (int,),
@@ -289,7 +298,8 @@ def _problems(config: Config) -> list[tuple[str, str]]:
              if str(value(k)).lower() not in v]
     found += [(k, "must be at least 1") for k in _AT_LEAST_ONE
               if value(k) is not None and value(k) < 1]
-    found += [(k, "must not be negative") for k in _NON_NEGATIVE if value(k) < 0]
+    found += [(k, "must not be negative") for k in _NON_NEGATIVE
+              if value(k) is not None and value(k) < 0]
     found += [(k, "must be positive") for k in _POSITIVE if value(k) is not None and value(k) <= 0]
     if not config.queues:
         found.append(("queues", "must name at least one queue"))
