@@ -79,7 +79,8 @@ def free_port() -> int:
 
 
 @contextmanager
-def redis_server() -> Iterator[Server]:
+def redis_server(*extra: str) -> Iterator[Server]:
+    """A private redis-server on a free loopback port; ``extra`` are more flags."""
     binary = shutil.which("redis-server")
     if binary is None:
         sys.exit("redis-server is not installed (apt-get install -y redis-server)")
@@ -87,7 +88,7 @@ def redis_server() -> Iterator[Server]:
     port = free_port()
     proc = subprocess.Popen(
         [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-         "--appendonly", "no", "--dir", workdir],
+         "--appendonly", "no", "--dir", workdir, *extra],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     server = Server(proc, f"redis://127.0.0.1:{port}/0")
