@@ -1,6 +1,7 @@
 """No-op throughput: how fast wurk enqueues and drains jobs that do nothing.
 
     python bench/noop_throughput.py [--jobs 20000] [--runs 3] [--concurrency 10]
+                                    [--fetch reliable|basic|both]
     python -m bench.noop_throughput ...        (the same, from the repo root)
 
 Each run:
@@ -16,7 +17,9 @@ Each run:
    last job), the worker's peak RSS, and CPU per job for the worker and Redis.
 4. Stops the worker with SIGTERM and checks it exits 0.
 
-Then prints median/min/max over the runs.
+Then prints median/min/max over the runs. With ``--fetch both`` each run
+drains once with reliable fetch and once with basic fetch (order alternating)
+and the paired reliable/basic ratios are printed too.
 """
 
 from __future__ import annotations
@@ -130,20 +133,23 @@ def worker_command(concurrency: int) -> list[str]:
             "-r", "bench.jobs", "--log-level", "warning"]
 
 
-def worker_env(url: str) -> dict[str, str]:
+def worker_env(url: str, reliable: bool) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("WURK_")}
     env["REDIS_URL"] = url
+    env["WURK_RELIABLE_FETCH"] = "true" if reliable else "false"
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     return env
 
 
-def drain(server: Server, jobs: int, concurrency: int, timeout: float) -> Result:
+def drain(server: Server, jobs: int, concurrency: int, timeout: float,
+          reliable: bool) -> Result:
     """Start one worker, wait for ``jobs`` INCRs, stop it; enqueue rate left at 0."""
     r = server.client()
     redis_proc = psutil.Process(server.proc.pid)
     redis_cpu = sum(redis_proc.cpu_times()[:2])
     started = time.perf_counter()
-    worker = subprocess.Popen(worker_command(concurrency), cwd=ROOT, env=worker_env(server.url))
+    worker = subprocess.Popen(worker_command(concurrency), cwd=ROOT,
+                              env=worker_env(server.url, reliable))
     try:
         first, last, peak = watch(worker, r, jobs, started + timeout)
         worker_cpu = sum(psutil.Process(worker.pid).cpu_times()[:2])
@@ -195,10 +201,11 @@ def stop(worker: subprocess.Popen[bytes]) -> None:
         raise RuntimeError(f"worker exited with status {worker.returncode} after SIGTERM")
 
 
-def one_run(server: Server, jobs: int, concurrency: int, timeout: float) -> Result:
+def one_run(server: Server, jobs: int, concurrency: int, timeout: float,
+            reliable: bool = True) -> Result:
     server.client().flushall()
     enqueue_rate = enqueue(server.url, jobs)
-    result = drain(server, jobs, concurrency, timeout)
+    result = drain(server, jobs, concurrency, timeout, reliable)
     result.enqueue_per_s = enqueue_rate
     return result
 
@@ -214,9 +221,9 @@ ROWS = [
 ]
 
 
-def report(results: list[Result], jobs: int, concurrency: int) -> None:
-    print(f"\nwurk {wurk.__version__}, 1 x `wurk run -c {concurrency}`, {jobs:,} no-op jobs, "
-          f"{len(results)} run(s), Python {sys.version.split()[0]}")
+def report(results: list[Result], jobs: int, concurrency: int, fetch: str) -> None:
+    print(f"\nwurk {wurk.__version__}, 1 x `wurk run -c {concurrency}`, {fetch} fetch, "
+          f"{jobs:,} no-op jobs, {len(results)} run(s), Python {sys.version.split()[0]}")
     print(f"{'':36} {'median':>10} {'min':>10} {'max':>10}")
     for label, attr, fmt in ROWS:
         values = [getattr(r, attr) for r in results]
@@ -232,21 +239,38 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=300.0,
                         help="seconds one drain may take before the run fails (default 300)")
     parser.add_argument("--json", type=Path, help="also write every run's figures here")
+    parser.add_argument("--fetch", choices=("reliable", "basic", "both"), default="reliable",
+                        help="fetch strategy; 'both' alternates them run by run and prints "
+                             "the paired ratio (default reliable)")
     args = parser.parse_args()
     if args.jobs < 1 or args.runs < 1:
         parser.error("--jobs and --runs must be at least 1")
-    results: list[Result] = []
+    kinds = ["reliable", "basic"] if args.fetch == "both" else [args.fetch]
+    results: dict[str, list[Result]] = {kind: [] for kind in kinds}
     with redis_server() as server:
         for n in range(1, args.runs + 1):
-            result = one_run(server, args.jobs, args.concurrency, args.timeout)
-            print(f"run {n}: enqueue {result.enqueue_per_s:,.0f}/s, "
-                  f"process {result.process_per_s:,.0f}/s, "
-                  f"peak RSS {result.peak_rss_mb:.1f} MB", flush=True)
-            results.append(result)
-    report(results, args.jobs, args.concurrency)
+            # Alternate which goes first, so drift in the machine's load is shared.
+            for kind in kinds if n % 2 else kinds[::-1]:
+                result = one_run(server, args.jobs, args.concurrency, args.timeout,
+                                 reliable=kind == "reliable")
+                print(f"run {n} ({kind}): enqueue {result.enqueue_per_s:,.0f}/s, "
+                      f"process {result.process_per_s:,.0f}/s, "
+                      f"steady {result.steady_per_s:,.0f}/s, "
+                      f"peak RSS {result.peak_rss_mb:.1f} MB", flush=True)
+                results[kind].append(result)
+    for kind in kinds:
+        report(results[kind], args.jobs, args.concurrency, kind)
+    if args.fetch == "both":
+        for label, attr in (("process", "process_per_s"), ("steady", "steady_per_s")):
+            ratios = [getattr(r, attr) / getattr(b, attr)
+                      for r, b in zip(results["reliable"], results["basic"], strict=True)]
+            print(f"reliable/basic {label} jobs/s, median of paired runs: "
+                  f"{statistics.median(ratios):.2f} (min {min(ratios):.2f}, "
+                  f"max {max(ratios):.2f})")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps([asdict(r) for r in results], indent=2) + "\n")
+        args.json.write_text(json.dumps({kind: [asdict(r) for r in rs]
+                                         for kind, rs in results.items()}, indent=2) + "\n")
     return 0
 
 
