@@ -19,8 +19,10 @@ What it does:
    push, SIGKILLs redis-server and restarts it on its AOF a second later.
 5. Waits (bounded by ``--drain-timeout``) until every pushed jid is in
    ``done``, or the queue is empty and ``done`` stopped growing.
-6. Prints pushed, executed (unique), LOST, duplicates, kills, and for every
-   fault the time until ``done`` grew again. Always exits 0.
+6. Prints pushed, executed (unique), LOST, duplicates, kills, the jobs the
+   killed children held in their private lists just before each kill (with
+   reliable fetch, the bound on duplicates), and for every fault the time
+   until ``done`` grew again. Always exits 0.
 """
 
 from __future__ import annotations
@@ -179,13 +181,18 @@ class Pusher:
 
 class Chaos:
     def __init__(self, swarm: subprocess.Popen[bytes], proxy: FaultProxy, server: RedisProc,
-                 rng: random.Random, until: threading.Event) -> None:
+                 rng: random.Random, until: threading.Event, r: redis.Redis) -> None:
         self.swarm = swarm
         self.proxy = proxy
         self.server = server
         self.rng = rng
         self.until = until
+        self.r = r
         self.faults: list[Fault] = []
+        # Jobs the killed children held in their private lists just before
+        # each kill: the most that can run twice (finished, not yet acked).
+        self.in_flight_at_kills = 0
+        self.unmeasured_kills = 0
         self._lock = threading.Lock()
 
     def note(self, kind: str, detail: str) -> None:
@@ -198,9 +205,22 @@ class Chaos:
             if not victims:
                 continue
             pid = self.rng.choice(victims)
+            held = self.held_by(pid)
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-                self.note("kill", f"child {pid}")
+                self.note("kill", f"child {pid}, holding {held if held is not None else '?'}")
+                if held is None:
+                    self.unmeasured_kills += 1
+                else:
+                    self.in_flight_at_kills += held
+
+    def held_by(self, pid: int) -> int | None:
+        """Jobs in the private lists of the child with this pid (None if Redis is away)."""
+        try:
+            # Identities are host:pid:nonce, private lists wurk:wip:<identity>:<queue>.
+            return sum(int(self.r.llen(k)) for k in self.r.scan_iter(match=f"wurk:wip:*:{pid}:*"))
+        except redis.RedisError:
+            return None
 
     def blips(self) -> None:
         kinds = ["refuse", "drop_request", "drop_reply", "half_close", "delay"]
@@ -346,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - a linear script
                 raise SystemExit(f"the swarm did not boot; see {workdir / 'swarm.log'}")
             time.sleep(0.1)
         stop_chaos = threading.Event()
-        chaos = Chaos(swarm, proxy, server, rng, stop_chaos)
+        chaos = Chaos(swarm, proxy, server, rng, stop_chaos, r)
         threads = [threading.Thread(target=t, daemon=True, name=t.__name__) for t in
                    (monitor.run, pusher.run, chaos.kills, chaos.blips)]
         push_seconds = args.jobs / args.rate
@@ -383,6 +403,12 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - a linear script
         print(f"lost              {len(lost)}")
         print(f"duplicates        {duplicates}")
         print(f"kills             {len(kills)}")
+        if args.reliable_fetch == "on":
+            within = "within" if duplicates <= chaos.in_flight_at_kills else "ABOVE"
+            unmeasured = (f", {chaos.unmeasured_kills} kill(s) unmeasured (Redis away)"
+                          if chaos.unmeasured_kills else "")
+            print(f"in flight at kills {chaos.in_flight_at_kills} (in the killed children's "
+                  f"private lists); duplicates {within} that bound{unmeasured}")
         private = sum(r.llen(k) for k in r.keys("wurk:wip:*:*"))
         print(f"left over         queue={r.llen('queue:default')} retry={r.zcard('retry')} "
               f"dead={r.zcard('dead')} private lists={private}")
