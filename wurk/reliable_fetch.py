@@ -33,7 +33,6 @@ from wurk import keys
 from wurk.fetch import PausedQueues, UnitOfWork
 from wurk.logging import get_logger
 from wurk.lua import CLAIM, REQUEUE
-from wurk.redis_pool import ErrorKind, classify
 
 if TYPE_CHECKING:
     from wurk.config import Config
@@ -312,7 +311,6 @@ class ReliableFetch:
             # Acks are safe to send again; claims that may have landed are
             # found by the resync the loop runs before its next claim.
             self._acks = acks + self._acks
-        self._resync_pending |= classify(exc) is ErrorKind.IO
         time.sleep(ERROR_PAUSE)
 
     def resync(self) -> int:
