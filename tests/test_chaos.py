@@ -19,7 +19,6 @@ Each asserts lost = 0 and prints its figures.
 from __future__ import annotations
 
 import contextlib
-import gc
 import json
 import os
 import random
@@ -27,19 +26,18 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
-import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
 import redis
-from conftest import RedisServer, start_redis
+from conftest import RedisServer, reap_probe_clients, start_redis
 from faultproxy import FaultProxy
+from pushing import Pusher
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
@@ -77,13 +75,6 @@ def wait_for(predicate: Callable[[], Any], timeout: float, interval: float = 0.1
         if value or time.monotonic() >= deadline:
             return value
         time.sleep(interval)
-
-
-def reap_probe_clients() -> None:
-    """conftest's start_redis leaves its probe client in a cycle; collect it now."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ResourceWarning)
-        gc.collect()
 
 
 def env_for(redis_url: str, done_url: str, **extra: str) -> dict[str, str]:
@@ -233,40 +224,6 @@ def test_faults_between_worker_and_redis_lose_nothing(
 AOF = ("--appendonly", "yes", "--appendfsync", "always")
 
 
-@dataclass
-class Pusher:
-    """Pushes one job every ``every`` seconds through a buffered client."""
-
-    client: wurk.Client
-    seconds: float = 0.0
-    every: float = 0.01
-    accepted: list[str] = field(default_factory=list)
-    uncertain: list[str] = field(default_factory=list)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="pusher", daemon=True)
-        self._thread.start()
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            jid = new_jid()
-            try:
-                self.client.push({"class": JOB, "args": [jid, self.seconds], "jid": jid,
-                                  "retry": 3})
-            except Exception:  # noqa: BLE001 - sent, outcome unknown: counted apart
-                self.uncertain.append(jid)
-            else:
-                self.accepted.append(jid)
-            self._stop.wait(self.every)
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(10)
-
-
 @pytest.fixture
 def aof_server() -> Iterator[list[RedisServer]]:
     """A server with an fsync-always AOF; the test appends its restarts to the list."""
@@ -289,7 +246,7 @@ def test_redis_restart_on_its_aof_loses_nothing(
     config = Config(redis_url=url, redis_retry_base=0.05, redis_retry_cap=0.2,
                     log_level="warning")
     client = wurk.Client(config)
-    pusher = Pusher(client, seconds=0.005)
+    pusher = Pusher(client, JOB, lambda jid: [jid, 0.005])
     try:
         before = push_jobs(client, 200, 0.005)
         worker = wurk_run(spawn, env_for(url, url), concurrency=4)

@@ -9,7 +9,7 @@ import socket
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,25 +34,9 @@ def get(port: int, path: str) -> tuple[int, Any]:
     return status, json.loads(body)
 
 
-@pytest.fixture
-def launch() -> Iterator[Callable[..., Launcher]]:
-    started: list[Launcher] = []
-
-    def start(config: Config, **kwargs: Any) -> Launcher:
-        launcher = Launcher(config, **kwargs)
-        started.append(launcher)
-        launcher.start()
-        return launcher
-
-    yield start
-    for launcher in started:
-        if not launcher.stopped.is_set():
-            launcher.stop(time.monotonic() + 2)
-
-
 def test_live_and_ready_then_quiet_fails_ready(config: Config, r: redis.Redis,
-                                               launch: Callable[..., Launcher]) -> None:
-    launcher = launch(dataclasses.replace(config, health_listen="127.0.0.1:0"))
+                                               launch_with: Callable[..., Launcher]) -> None:
+    launcher = launch_with(dataclasses.replace(config, health_listen="127.0.0.1:0"))
     assert launcher.health is not None
     port = launcher.health.port
     assert port > 0
@@ -78,13 +62,13 @@ def test_live_and_ready_then_quiet_fails_ready(config: Config, r: redis.Redis,
 
 
 def test_redis_down_fails_ready_then_live_and_both_recover(
-        config: Config, launch: Callable[..., Launcher]) -> None:
+        config: Config, launch_with: Callable[..., Launcher]) -> None:
     server = start_redis()
     try:
         own = dataclasses.replace(config, redis_url=server.url, health_listen="127.0.0.1:0",
                                   concurrency=1, redis_retry_attempts=1,
                                   redis_connect_timeout=0.3, redis_read_timeout=0.5)
-        launcher = launch(own)
+        launcher = launch_with(own)
         assert launcher.health is not None
         port = launcher.health.port
         assert get(port, "/ready")[0] == 200
@@ -107,11 +91,11 @@ def test_redis_down_fails_ready_then_live_and_both_recover(
 
 
 def test_swarm_child_index_offsets_a_fixed_port(config: Config,
-                                                launch: Callable[..., Launcher]) -> None:
+                                                launch_with: Callable[..., Launcher]) -> None:
     base = free_port()
     while not _bindable(base + 2):
         base = free_port()
-    launcher = launch(dataclasses.replace(config, health_listen=f"127.0.0.1:{base}"),
+    launcher = launch_with(dataclasses.replace(config, health_listen=f"127.0.0.1:{base}"),
                       extra_info={"slot": "a", "index": 2})
     assert launcher.health is not None and launcher.health.port == base + 2
     assert get(base + 2, "/live")[0] == 200

@@ -91,21 +91,6 @@ def jobs(r: redis.Redis) -> Iterator[tuple[str, str]]:
     registry.discard(bad)
 
 
-@pytest.fixture
-def run_launcher() -> Iterator[Callable[..., Launcher]]:
-    started: list[Launcher] = []
-
-    def start(config: Config, **kwargs: Any) -> Launcher:
-        launcher = Launcher(config, **kwargs)
-        started.append(launcher)
-        launcher.start()
-        return launcher
-
-    yield start
-    for launcher in started:
-        launcher.stop(time.monotonic() + 2)
-
-
 def run_jobs(config: Config, r: redis.Redis, jobs: tuple[str, str]) -> None:
     client = wurk.Client(config)
     client.push({"class": jobs[0], "args": []})
@@ -118,9 +103,9 @@ def run_jobs(config: Config, r: redis.Redis, jobs: tuple[str, str]) -> None:
 
 def test_job_metrics_fold_tags_into_names(config: Config, r: redis.Redis, receiver: Receiver,
                                           jobs: tuple[str, str],
-                                          run_launcher: Callable[..., Launcher]) -> None:
+                                          launch_with: Callable[..., Launcher]) -> None:
     on = dataclasses.replace(config, metrics_url=receiver.url, heartbeat_interval=60)
-    launcher = run_launcher(on)
+    launcher = launch_with(on)
     assert launcher.manager.processor._run_job != launcher.manager.processor._run
     run_jobs(on, r, jobs)
     ok, bad = (f"class.{name}.queue.default" for name in jobs)
@@ -137,10 +122,10 @@ def test_job_metrics_fold_tags_into_names(config: Config, r: redis.Redis, receiv
 
 def test_job_metrics_dogstatsd_tags(config: Config, r: redis.Redis, receiver: Receiver,
                                     jobs: tuple[str, str],
-                                    run_launcher: Callable[..., Launcher]) -> None:
+                                    launch_with: Callable[..., Launcher]) -> None:
     on = dataclasses.replace(config, metrics_url=receiver.url, metrics_dogstatsd=True,
                              heartbeat_interval=60)
-    run_launcher(on)
+    launch_with(on)
     run_jobs(on, r, jobs)
     lines = receiver.lines_until(
         lambda got: sum(line.startswith("wurk.jobs.duration:") for line in got) == 2)
@@ -178,12 +163,12 @@ def test_each_beat_sends_queue_latency_and_rss_once(config: Config, r: redis.Red
 
 def test_metrics_off_sends_nothing_and_adds_nothing(
         config: Config, r: redis.Redis, receiver: Receiver, jobs: tuple[str, str],
-        run_launcher: Callable[..., Launcher], monkeypatch: pytest.MonkeyPatch) -> None:
+        launch_with: Callable[..., Launcher], monkeypatch: pytest.MonkeyPatch) -> None:
     made: list[Any] = []
     monkeypatch.setattr(metrics.StatsdSender, "__init__",
                         lambda self, *a: made.append(a))  # any sender at all is a failure
     assert config.metrics_url is None and metrics.for_config(config) is None
-    launcher = run_launcher(config)
+    launcher = launch_with(config)
     processor = launcher.manager.processor
     assert processor._run_job == processor._run  # the plain method: no timing wrapper
     assert launcher.heartbeat.on_beat is None
@@ -245,9 +230,9 @@ def test_after_fork_the_child_sends_from_its_own_socket(config: Config,
 
 def test_prometheus_text_on_the_health_listener(config: Config, r: redis.Redis,
                                                 jobs: tuple[str, str],
-                                                run_launcher: Callable[..., Launcher]) -> None:
+                                                launch_with: Callable[..., Launcher]) -> None:
     on = dataclasses.replace(config, metrics_prometheus=True, health_listen="127.0.0.1:0")
-    launcher = run_launcher(on, extra_info={"slot": "a", "index": 0})
+    launcher = launch_with(on, extra_info={"slot": "a", "index": 0})
     run_jobs(on, r, jobs)
     launcher.heartbeat.beat()
     assert launcher.health is not None

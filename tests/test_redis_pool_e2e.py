@@ -9,33 +9,20 @@ a loud refusal, never a silent double apply.
 
 from __future__ import annotations
 
-import gc
 import select
 import shutil
 import time
-import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 import redis
 import redis.exceptions as rx
-from conftest import RedisServer, start_redis
+from conftest import RedisServer, reap_probe_clients, start_redis
 from faultproxy import FaultProxy
 from recording import Recorder
 
 from wurk.redis_pool import Conn, ConnectError, RedisPool, RetrySettings
-
-
-def reap_probe_clients() -> None:
-    """Collect the client conftest's ``start_redis`` pings with and never closes.
-
-    It sits in a reference cycle; left to a later gc run, its socket raises a
-    ResourceWarning (an error here) in whichever test happens to be running.
-    """
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ResourceWarning)
-        gc.collect()
 
 
 @pytest.fixture

@@ -9,17 +9,16 @@ except the fork tests, which need a real connection to inherit.
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 import random
 import threading
-import warnings
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import pytest
 import redis.exceptions as rx
+from conftest import reap_probe_clients
 from recording import Recorder
 
 from wurk.redis_pool import (
@@ -554,17 +553,6 @@ def collect(pid: int, rfd: int, wfd: int) -> dict[str, Any]:
     report: dict[str, Any] = json.loads(b"".join(chunks) or b"{}")
     assert os.waitstatus_to_exitcode(status) == 0, report
     return report
-
-
-def reap_probe_clients() -> None:
-    """Collect the client conftest's ``start_redis`` pings with and never closes.
-
-    It sits in a reference cycle; left to a later gc run, its socket raises a
-    ResourceWarning (an error here) in whichever test happens to be running.
-    """
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ResourceWarning)
-        gc.collect()
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ quiet, paused queues and hard stops never strand or duplicate a job.
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 import signal
@@ -17,14 +16,13 @@ import sys
 import textwrap
 import threading
 import time
-import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 import redis
-from conftest import RedisServer
+from conftest import RedisServer, reap_probe_clients
 from faultproxy import FaultProxy
 from structlog.testing import capture_logs
 from waiting import wait_for
@@ -99,6 +97,22 @@ class Gate:
             self.release.wait(5)
         finally:
             self.finished.set()
+
+
+class Gated(NamedTuple):
+    gate: Gate
+    job: JobFunction[..., Any]
+    raw: bytes
+    launcher: Launcher
+
+
+def launch_gated(rb: redis.Redis, define: Define, launch: Launch, tag: str) -> Gated:
+    """Queue one job that waits behind a :class:`Gate`, then start a launcher."""
+    gate = Gate()
+    job = define(gate.run)
+    raw = payload(job.name, tag)
+    rb.lpush("queue:default", raw)
+    return Gated(gate, job, raw, launch())
 
 
 # -- 1. claim and ack -----------------------------------------------------------------------
@@ -270,11 +284,7 @@ def test_reaper_spares_live_processes_and_respects_its_lock(
         r: redis.Redis, rb: redis.Redis, config: Config, define: Define,
         launch: Launch) -> None:
     config.concurrency = 1
-    gate = Gate()
-    job = define(gate.run)
-    live_raw = payload(job.name, "live")
-    rb.lpush("queue:default", live_raw)
-    launcher = launch()
+    gate, job, live_raw, launcher = launch_gated(rb, define, launch, "live")
     try:
         assert gate.started.wait(3)
         wait_for(lambda: r.exists(keys.REAPER_LOCK))  # the launcher's boot sweep...
@@ -467,11 +477,7 @@ def test_quiet_gives_back_unstarted_jobs_and_claims_nothing_more(
         r: redis.Redis, rb: redis.Redis, config: Config, define: Define,
         launch: Launch) -> None:
     config.concurrency = 1
-    gate = Gate()
-    job = define(gate.run)
-    running = payload(job.name, "running")
-    rb.lpush("queue:default", running)
-    launcher = launch()
+    gate, job, running, launcher = launch_gated(rb, define, launch, "running")
     fetch = reliable(launcher)
     mine = wip(launcher.identity, "default")
     try:
@@ -581,11 +587,7 @@ def test_resync_returns_strays_and_keeps_what_is_really_held(
         r: redis.Redis, rb: redis.Redis, config: Config, define: Define,
         launch: Launch) -> None:
     config.concurrency = 1
-    gate = Gate()
-    job = define(gate.run)
-    running = payload(job.name, "running")
-    rb.lpush("queue:default", running)
-    launcher = launch()
+    gate, job, running, launcher = launch_gated(rb, define, launch, "running")
     mine = wip(launcher.identity, "default")
     try:
         assert gate.started.wait(3)
@@ -608,9 +610,7 @@ def test_resync_returns_strays_and_keeps_what_is_really_held(
 @pytest.fixture
 def proxy(redis_server: RedisServer, r: redis.Redis) -> Iterator[FaultProxy]:
     """A fault-injecting proxy in front of the test server (see tests/faultproxy.py)."""
-    with warnings.catch_warnings():  # conftest's probe clients, collected now, not mid-test
-        warnings.simplefilter("ignore", ResourceWarning)
-        gc.collect()
+    reap_probe_clients()  # collected now, not mid-test
     fault_proxy = FaultProxy(redis_server.port)
     yield fault_proxy
     fault_proxy.close()
@@ -701,11 +701,7 @@ def test_quiet_and_stop_in_a_redis_outage_lose_nothing(
     quiet_background(config, proxy)
     config.redis_retry_attempts = 1
     config.shutdown_timeout = 0.3
-    gate = Gate()
-    job = define(gate.run)
-    running = payload(job.name, "running")
-    rb.lpush("queue:default", running)
-    launcher = launch()
+    gate, job, running, launcher = launch_gated(rb, define, launch, "running")
     mine = wip(launcher.identity, "default")
     try:
         assert gate.started.wait(3)

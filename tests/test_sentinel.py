@@ -27,12 +27,10 @@ lost a job in about one run in ten.
 from __future__ import annotations
 
 import contextlib
-import gc
 import shutil
 import subprocess
 import threading
 import time
-import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,12 +38,13 @@ from typing import Any
 
 import pytest
 import redis
-from conftest import RedisServer, free_port, start_redis
+import waiting
+from conftest import RedisServer, free_port, reap_probe_clients, start_redis
+from pushing import Pusher
 
 import wurk
 from wurk.config import Config, ConfigError
 from wurk.launcher import Launcher
-from wurk.payload import new_jid
 from wurk.redis_pool import RedisPool, SentinelSettings
 
 MASTER = "mymaster"
@@ -75,26 +74,9 @@ def sentinel_record(jid: str) -> None:
             time.sleep(0.05)
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str,
-             interval: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            value = predicate()
-        except redis.RedisError:
-            value = None
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"{what}: not within {timeout}s (last value {value!r})")
-        time.sleep(interval)
-
-
-def reap_probe_clients() -> None:
-    """conftest's start_redis leaves its probe client in a cycle; collect it now."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ResourceWarning)
-        gc.collect()
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+    """Poll every 0.1 s; Redis errors mid-failover count as "not yet"."""
+    return waiting.wait_for(predicate, timeout, 0.1, what, ignoring=(redis.RedisError,))
 
 
 def client_for(port: int) -> redis.Redis:
@@ -190,38 +172,6 @@ def cluster(tmp_path: Path) -> Iterator[SentinelCluster]:
         found.stop()
 
 
-@dataclass
-class Pusher:
-    """Pushes a job every ``every`` seconds; jids are made here, so each is known."""
-
-    client: wurk.Client
-    every: float = 0.01
-    accepted: list[str] = field(default_factory=list)
-    uncertain: list[tuple[str, str]] = field(default_factory=list)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="pusher", daemon=True)
-        self._thread.start()
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            jid = new_jid()
-            try:
-                self.client.push({"class": JOB, "args": [jid], "jid": jid, "retry": 3})
-            except Exception as exc:  # noqa: BLE001 - recorded: the outcome is unknown
-                self.uncertain.append((jid, f"{type(exc).__name__}: {exc}"))
-            else:
-                self.accepted.append(jid)
-            self._stop.wait(self.every)
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(10)
-
-
 class ErrorLog:
     """An ``on_redis_error`` hook that counts actions (retry, unsafe, ...)."""
 
@@ -256,7 +206,7 @@ def test_failover_under_load_loses_no_job(cluster: SentinelCluster) -> None:
     client = wurk.Client(client_config)
     assert client.buffer is not None  # reliable push is on by default
     assert client.confirmed is not None and client.confirmed.replicas == 1
-    pusher = Pusher(client)
+    pusher = Pusher(client, JOB)
     try:
         launcher.start()
         pusher.start()

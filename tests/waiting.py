@@ -8,11 +8,19 @@ from typing import Any
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02,
-             what: str = "condition") -> Any:
-    """The predicate's first truthy value; AssertionError once ``timeout`` passes."""
+             what: str = "condition",
+             ignoring: tuple[type[BaseException], ...] = ()) -> Any:
+    """The predicate's first truthy value; AssertionError once ``timeout`` passes.
+
+    Exceptions of the ``ignoring`` types count as a falsy value (a server
+    that is failing over or restarting).
+    """
     deadline = time.monotonic() + timeout
     while True:
-        value = predicate()
+        try:
+            value = predicate()
+        except ignoring:
+            value = None
         if value:
             return value
         if time.monotonic() >= deadline:
