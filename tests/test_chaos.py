@@ -163,6 +163,15 @@ def settle(r: redis.Redis, jids: list[str], timeout: float) -> Tally:
     return Tally.of(jids, r.lrange("done", 0, -1))
 
 
+def assert_none_lost_then_stop(r: redis.Redis, tally: Tally, worker: Proc) -> None:
+    """Every accepted job ran; the worker lived through it all and drains to exit 0."""
+    assert not tally.lost, (f"LOST {len(tally.lost)}; queue={r.llen('queue:default')} "
+                            f"private={[(k, r.llen(k)) for k in r.keys('*wip*')]}")
+    assert worker.proc.poll() is None, worker.log()[-3000:]
+    worker.proc.send_signal(signal.SIGTERM)
+    assert worker.proc.wait(10) == 0, worker.log()[-3000:]
+
+
 # (a) ---------------------------------------------------------------------------
 
 @pytest.mark.timeout(30)
@@ -209,11 +218,7 @@ def test_faults_between_worker_and_redis_lose_nothing(
         print(f"\nchaos (a) proxy faults {faults}: pushed={tally.pushed} "
               f"executed={tally.executed} lost={len(tally.lost)} "
               f"duplicates={tally.duplicates}; worker saw {seen}")
-        assert not tally.lost, (f"LOST {len(tally.lost)}; queue={r.llen('queue:default')} "
-                                f"private={[(k, r.llen(k)) for k in r.keys('*wip*')]}")
-        assert worker.proc.poll() is None, worker.log()[-3000:]
-        worker.proc.send_signal(signal.SIGTERM)
-        assert worker.proc.wait(10) == 0, worker.log()[-3000:]
+        assert_none_lost_then_stop(r, tally, worker)
     finally:
         proxy.close()
         config.reset_pool()
@@ -278,11 +283,7 @@ def test_redis_restart_on_its_aof_loses_nothing(
               f"lost={len(tally.lost)} duplicates={tally.duplicates} "
               f"down={back_at - killed_at:.1f}s "
               f"jobs done again {recovered - back_at:.1f}s after the restart")
-        assert not tally.lost, (f"LOST {len(tally.lost)}; queue={r.llen('queue:default')} "
-                                f"private={[(k, r.llen(k)) for k in r.keys('*wip*')]}")
-        assert worker.proc.poll() is None, worker.log()[-3000:]
-        worker.proc.send_signal(signal.SIGTERM)
-        assert worker.proc.wait(10) == 0, worker.log()[-3000:]
+        assert_none_lost_then_stop(r, tally, worker)
     finally:
         pusher.stop()
         r.close()
