@@ -60,10 +60,15 @@ def reap_probe_clients() -> None:
         gc.collect()
 
 
-def start_redis(*extra: str, port: int | None = None) -> RedisServer:
+def redis_server_binary() -> str:
     binary = shutil.which("redis-server")
     if binary is None:
         pytest.fail("redis-server is not installed (apt-get install -y redis-server)")
+    return binary
+
+
+def start_redis(*extra: str, port: int | None = None) -> RedisServer:
+    binary = redis_server_binary()
     port = port or free_port()
     workdir = tempfile.mkdtemp(prefix="wurk-redis-")
     proc = subprocess.Popen(
