@@ -4,7 +4,8 @@ Duties:
 1. ``push`` one job and ``push_bulk`` many (one pipelined round trip per
    thousand), immediate or scheduled, with payloads exactly as the spec
    describes (jid, class, args, queue, retry, created_at, enqueued_at).
-2. Refuse non-JSON arguments before anything reaches Redis.
+2. Refuse non-JSON arguments before anything reaches Redis, and in
+   ``push_bulk`` arguments that do not fit a job this process defines.
 3. Declare apply-safety: an immediate push (SADD + LPUSH) is never replayed
    after a round trip may have landed; a scheduled push (ZADD of one exact
    member) is idempotent and may be.
@@ -19,7 +20,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from wurk import keys
+from wurk import keys, signatures
 from wurk.buffered import PendingPush, PushBuffer
 from wurk.config import Config, default_config
 from wurk.confirmed import ConfirmedPush, ConfirmedWriter, PushNotConfirmedError, QueuedJob
@@ -95,8 +96,10 @@ class Client:
         if isinstance(ats, list) and len(ats) != len(all_args):
             raise ValueError("push_bulk 'at' list must have one time per job")
         # Check every job before writing any, so a bad one pushes nothing.
+        name = str(item.get("class"))
         for i, args in enumerate(all_args):
             check_args(args, f"args[{i}]")
+            signatures.check(name, args, f" in args[{i}]")
         now = time.time()
         created = now_stamp(self.config.timestamps, now)
         jids: list[str] = []
