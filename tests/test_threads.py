@@ -141,7 +141,7 @@ def test_a_thread_gone_while_registered_counts_as_dead() -> None:
 def test_a_dead_processor_is_replaced_and_live_reports_it(
         config: Config, define: Define, launch_with: Launch,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(threads, "RESTART_PAUSE", 2.0)  # a window wide enough to see
+    monkeypatch.setattr(threads, "RESTART_PAUSE", 3.0)  # a window wide enough to see
     before = threads.report()["deaths"].get("processor", 0)
     monkeypatch.setattr(Manager, "_work_loop",
                         once(SystemExit("injected"), Manager._work_loop))
