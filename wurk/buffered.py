@@ -6,7 +6,8 @@ Duties:
    raising; once anything waits, later pushes queue behind it so order holds.
 2. A full buffer is an error the caller sees (:class:`PushBufferFullError`),
    never a silent drop.
-3. A drainer thread sends the buffer, oldest first, when Redis returns. A
+3. A drainer thread (under :mod:`wurk.threads`; no error ends it) sends
+   the buffer, oldest first, when Redis returns. A
    push whose outcome is unknown (the connection broke after sending) may
    have landed, so it is never sent again: it is reported and dropped.
    A replayable push (replica-confirmed, see wurk.confirmed) is the
@@ -29,7 +30,7 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from wurk import keys
+from wurk import keys, threads
 from wurk.confirmed import PushNotConfirmedError
 from wurk.logging import get_logger
 from wurk.redis_pool import ErrorKind, PoolExhausted, RedisPool, classify
@@ -122,9 +123,7 @@ class PushBuffer:
         self._pending.append(push)
         self._jobs += len(push.jids)
         if self._drainer is None or not self._drainer.is_alive():
-            self._drainer = threading.Thread(target=self._drain, name="wurk-push-drainer",
-                                             daemon=True)
-            self._drainer.start()
+            self._drainer = threads.start("push-drainer", self._drain)
 
     def _drain(self) -> None:
         pause = DRAIN_PAUSE_MIN
@@ -136,7 +135,7 @@ class PushBuffer:
                 push = self._pending[0]
             try:
                 push.send(1)
-            except Exception as exc:  # noqa: BLE001 - the drainer outlives any one failure
+            except BaseException as exc:  # noqa: BLE001 - the drainer outlives any one failure
                 if push.worth_keeping(exc):
                     time.sleep(pause)
                     pause = min(DRAIN_PAUSE_MAX, pause * 2)

@@ -4,6 +4,8 @@ Duties:
 1. ``start``: the health listener if configured (its port goes into the
    heartbeat info), then the heartbeat (so the process is visible before it
    takes work), then the processor threads, then the scheduler poller.
+   Every one of those threads runs under :mod:`wurk.threads`: one that dies
+   is logged, restarted, and fails ``/live`` until it is.
 2. ``quiet``: stop fetching and stop the poller; running jobs carry on.
 3. ``stop(deadline)``: quiet, let running jobs finish until the monotonic
    deadline, push the unfinished back to their queues, then say goodbye in
