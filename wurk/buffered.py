@@ -94,6 +94,9 @@ class PushBuffer:
         self.spool = spool
         # How long one send can take: at exit, a send in flight is waited for.
         self.send_timeout = send_timeout
+        # The process that owns what it buffers: set here, not at import, or
+        # a buffer made in a forked child would think it the parent's.
+        self._pid = os.getpid()
         self._reset()
         _live_buffers.add(self)
 
@@ -234,8 +237,6 @@ class PushBuffer:
             log.error("push.unflushed", jobs=len(jids) + len(lost), jids=jids + lost,
                       hint="Redis stayed unreachable until the process exited; "
                            "these jobs are lost")
-
-    _pid = os.getpid()
 
     def after_fork_in_child(self) -> None:
         self._reset()

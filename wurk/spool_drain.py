@@ -114,6 +114,8 @@ def _set_aside(held: spool.Claim, reason: str, report: DrainReport) -> None:
 def _push_all(held: spool.Claim, header: spool.SpoolHeader, pool: RedisPool,
               writer: ConfirmedWriter) -> None:
     with held.reader() as fh:
+        if spool.read_header(fh) != header:
+            raise spool.SpoolFormatError("line 1: changed while it was being pushed")
         for push in _pushes(spool.read_entries(fh, header)):
             writer.write(pool, push)
 
