@@ -322,7 +322,7 @@ from wurk.config import Config
 @wurk.job(name="push_elsewhere")
 def push_elsewhere(url, count):
     client = Client(Config(redis_url=url, redis_connect_timeout=0.2, redis_retry_attempts=1,
-                           push_flush_timeout=0.5), drain_spool=False)
+                           push_flush_timeout=0.5))
     for i in range(count):
         client.push({"class": "Echo", "args": [i], "queue": "spooled"})
 """

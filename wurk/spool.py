@@ -279,6 +279,11 @@ class Claim:
         self.base = base
         _held.add(fd)
 
+    @property
+    def name(self) -> str:
+        """The file's name as it was written (before any claim)."""
+        return f"{self.base}.spool"
+
     def reader(self) -> IO[bytes]:
         os.lseek(self.fd, 0, os.SEEK_SET)
         return os.fdopen(os.dup(self.fd), "rb")

@@ -75,7 +75,7 @@ def _drain_file(held: spool.Claim, target: str, pool: RedisPool, writer: Confirm
         _set_aside(held, str(exc), report)
         return
     if header.target != target and not any_target:
-        report.other_target.append(held.path.name)
+        report.other_target.append(held.name)
         held.release()
         return
     try:
@@ -85,12 +85,12 @@ def _drain_file(held: spool.Claim, target: str, pool: RedisPool, writer: Confirm
         return
     except Exception as exc:  # noqa: BLE001 - the file waits for the next drain
         held.release()
-        report.failed.append((held.path.name, f"{type(exc).__name__}: {exc}"))
+        report.failed.append((held.name, f"{type(exc).__name__}: {exc}"))
         log.error("spool.push_failed", path=str(held.path), jobs=header.jobs,
                   error=f"{type(exc).__name__}: {exc}", hint="it is tried again later")
         return
     held.finish()
-    report.pushed.append((held.path.name, jids))
+    report.pushed.append((held.name, jids))
     log.warning("spool.pushed", path=str(held.path), jobs=len(jids), written_by=header.pid)
 
 
