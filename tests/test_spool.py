@@ -343,3 +343,39 @@ def test_a_swarm_child_spools_what_its_jobs_could_not_push_when_it_exits(
     assert spooled["level"] == "error" and spooled["jobs"] == 6
     [name] = spool.spool_files(spool_home())
     assert str(name.path) == spooled["path"]
+
+
+# -- in-process exit path -----------------------------------------------------------
+def closed_client(**settings: Any) -> Client:
+    return Client(Config(redis_url=f"redis://127.0.0.1:{free_port()}/0",
+                         redis_connect_timeout=0.2, redis_retry_attempts=1,
+                         push_flush_timeout=0.2, **settings), drain_spool=False)
+
+
+def test_a_scheduled_push_keeps_its_time_through_the_spool(
+        cfg: Config, r: redis.Redis) -> None:
+    client = closed_client(spool_dir=str(spool.spool_dir(cfg)))
+    at = time.time() + 600
+    jid = client.push({"class": "Echo", "args": [1], "queue": QUEUE, "at": at})
+    assert client.buffer is not None
+    with capture_logs() as logs:
+        client.buffer.flush_at_exit()
+    assert [e["jobs"] for e in logs if e["event"] == "push.spooled"] == [1]
+    assert len(drain_once(cfg, cfg.pool, any_target=True).pushed) == 1
+    [(raw, score)] = r.zrange("schedule", 0, -1, withscores=True)
+    assert json.loads(raw)["jid"] == jid and abs(score - at) < 0.01
+
+
+def test_a_spool_that_cannot_be_written_is_reported_as_lost_not_raised(
+        tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    client = closed_client(spool_dir=str(blocker / "spool"))
+    jids = [client.push({"class": "Echo", "args": [i]}) for i in range(3)]
+    assert client.buffer is not None
+    with capture_logs() as logs:
+        client.buffer.flush_at_exit()
+    events = {e["event"]: e for e in logs}
+    assert "push.spool_failed" in events
+    assert events["push.unflushed"]["jids"] == jids
+    assert events["push.unflushed"]["log_level"] == "error"

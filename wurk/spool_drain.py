@@ -39,6 +39,9 @@ BATCH = 100
 # A client retries files it found at start this often while Redis is away.
 CLIENT_RETRY_MIN = 1.0
 CLIENT_RETRY_MAX = 30.0
+# Longest single wait: Event.wait overflows on absurd timeouts, and an hour
+# between looks is already longer than any useful spool_interval.
+LONGEST_PAUSE = 3600.0
 
 
 @dataclass
@@ -168,7 +171,7 @@ class SpoolDrainer:
                 if not report.failed:
                     return
                 pause = min(CLIENT_RETRY_MAX, pause * 2)
-            self._stop.wait(pause)
+            self._stop.wait(min(pause, LONGEST_PAUSE))
 
 
 _started: set[tuple[int, str, str]] = set()
