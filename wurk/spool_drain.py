@@ -165,8 +165,11 @@ class SpoolDrainer:
             try:
                 report = drain_once(self.config, self.pool)
             except Exception as exc:  # noqa: BLE001 - the drainer outlives any one failure
-                log.error("spool.drain_failed", error=f"{type(exc).__name__}: {exc}")
-                report = DrainReport(failed=[("", str(exc))])
+                # An unreadable directory: a worker says so each interval, a
+                # client once (it would not get better by asking again).
+                log.error("spool.drain_failed", path=str(spool.spool_dir(self.config)),
+                          error=f"{type(exc).__name__}: {exc}")
+                report = DrainReport()
             if self.until_empty:
                 if not report.failed:
                     return
