@@ -127,7 +127,7 @@ def test_pushes_left_at_exit_while_redis_is_down_are_spooled_then_pushed_by_a_wo
     try:
         with server.client() as r:
             wait_for(lambda: not path.exists() and r.llen(f"queue:{QUEUE}") == 30,
-                     what="the worker pushed the spool")
+                     timeout=30, what="the worker pushed the spool")
             assert queued(r) == jids  # once each, in order, with their jids
             assert list(spool_home().iterdir()) == []
     finally:
@@ -301,7 +301,7 @@ def test_a_running_worker_pushes_a_spool_file_that_appears_later(
     launcher = Launcher(config)
     launcher.start()
     try:
-        time.sleep(0.3)  # past its drain at start
+        wait_for(lambda: launcher.spool.passes >= 1, what="the drain at start")
         entries = make_entries(7)
         path = write_file(config, entries)
         wait_for(lambda: r.llen(f"queue:{QUEUE}") == 7 and not path.exists(),

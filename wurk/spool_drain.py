@@ -150,6 +150,8 @@ class SpoolDrainer:
         self.until_empty = until_empty
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        # Drains completed, for tests and health views.
+        self.passes = 0
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="wurk-spool-drainer",
@@ -170,6 +172,7 @@ class SpoolDrainer:
                 log.error("spool.drain_failed", path=str(spool.spool_dir(self.config)),
                           error=f"{type(exc).__name__}: {exc}")
                 report = DrainReport()
+            self.passes += 1
             if self.until_empty:
                 if not report.failed:
                     return
