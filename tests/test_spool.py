@@ -19,6 +19,7 @@ import redis
 from structlog.testing import capture_logs
 
 from tests.conftest import RedisServer, free_port, start_redis
+from tests.faultproxy import FaultProxy
 from tests.test_swarm import launch as swarm_launch  # noqa: F401 - a fixture, by that name
 from tests.test_swarm import push, slot
 from tests.waiting import wait_for
@@ -379,3 +380,27 @@ def test_a_spool_that_cannot_be_written_is_reported_as_lost_not_raised(
     assert "push.spool_failed" in events
     assert events["push.unflushed"]["jids"] == jids
     assert events["push.unflushed"]["log_level"] == "error"
+
+
+def test_a_send_in_flight_at_exit_is_waited_for_and_not_spooled_too(
+        cfg: Config, r: redis.Redis, redis_server: RedisServer) -> None:
+    proxy = FaultProxy(redis_server.port)
+    try:
+        client = Client(Config(redis_url=proxy.url, redis_connect_timeout=0.2,
+                               redis_retry_attempts=1, push_flush_timeout=0.1,
+                               log_level="warning"), drain_spool=False)
+        proxy.refuse()
+        jids = [client.push({"class": "Echo", "args": [i], "queue": QUEUE}) for i in range(5)]
+        proxy.heal()
+        proxy.delay(0.8)
+        # The drainer's first push reached Redis; its reply is held back.
+        wait_for(lambda: r.llen(f"queue:{QUEUE}") == 1, what="a push in flight")
+        assert client.buffer is not None
+        with capture_logs() as logs:
+            client.buffer.flush_at_exit()
+        assert [e["jids"] for e in logs if e["event"] == "push.spooled"] == [jids[1:]]
+        proxy.heal()
+        drain_once(cfg, cfg.pool, any_target=True)
+        assert queued(r) == jids
+    finally:
+        proxy.close()
