@@ -228,7 +228,8 @@ def test_a_file_held_by_a_live_drainer_is_left_to_it(cfg: Config, r: redis.Redis
         assert report.busy and not report.pushed and r.llen(f"queue:{QUEUE}") == 0
     finally:
         held.release()
-    assert len(drain_once(cfg, cfg.pool).pushed) == 1  # an unlocked claim is taken over
+    assert [f.state for f in spool.spool_files(spool.spool_dir(cfg))] == ["waiting"]
+    assert len(drain_once(cfg, cfg.pool).pushed) == 1
     assert r.llen(f"queue:{QUEUE}") == 3
 
 
@@ -290,6 +291,7 @@ def test_a_file_for_another_redis_is_left_alone(cfg: Config, r: redis.Redis) -> 
     write_file(other, make_entries(2))
     report = drain_once(cfg, cfg.pool)
     assert len(report.other_target) == 1 and r.llen(f"queue:{QUEUE}") == 0
+    assert [f.state for f in spool.spool_files(spool.spool_dir(cfg))] == ["waiting"]
     assert len(drain_once(cfg, cfg.pool, any_target=True).pushed) == 1
     assert r.llen(f"queue:{QUEUE}") == 2
 

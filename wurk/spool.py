@@ -23,7 +23,8 @@ Duties:
    naming the line, never another exception.
 4. Claim a file for exactly one drainer (an exclusive ``flock`` taken
    before the rename to the claimer's name, so a dead claimer's file can be
-   taken over), move a bad one aside, delete a finished one.
+   taken over), move a bad one aside, delete a finished one, and give one
+   that could not be pushed back under its waiting name.
 """
 
 from __future__ import annotations
@@ -293,16 +294,22 @@ class Claim:
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
         _sync_dir(self.path.parent)
-        self.release()
+        self._let_go()
 
     def move_aside(self) -> Path:
         bad = self.path.with_name(f"{self.base}.spool.bad")
         os.rename(self.path, bad)
-        self.release()
+        self._let_go()
         return bad
 
     def release(self) -> None:
-        """Let go without deleting: the file waits for the next drain."""
+        """Let go without deleting: back under its waiting name (renamed while
+        still locked), for the next drain."""
+        with contextlib.suppress(OSError):
+            os.rename(self.path, self.path.with_name(self.name))
+        self._let_go()
+
+    def _let_go(self) -> None:
         if self.fd in _held:
             _held.discard(self.fd)
             os.close(self.fd)
