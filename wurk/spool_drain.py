@@ -62,12 +62,26 @@ def drain_once(config: Config, pool: RedisPool, *, any_target: bool = False) -> 
     for name in spool.spool_files(spool.spool_dir(config)):
         if name.bad:
             continue
+        if not any_target and _written_for(name) not in (target, None):
+            # Seen without claiming it: no renames for a file left alone.
+            report.other_target.append(f"{name.base}.spool")
+            continue
         held = spool.claim(name)
         if held is None:
             report.busy.append(name.path.name)
             continue
         _drain_file(held, target, pool, writer, report, any_target=any_target)
     return report
+
+
+def _written_for(name: spool.SpoolName) -> str | None:
+    """The Redis a file names in its header; None if it cannot be read (the
+    claim then checks it properly, and moves a bad one aside)."""
+    try:
+        with name.path.open("rb") as fh:
+            return spool.read_header(fh).target
+    except (OSError, spool.SpoolFormatError):
+        return None
 
 
 def _drain_file(held: spool.Claim, target: str, pool: RedisPool, writer: ConfirmedWriter,
