@@ -161,3 +161,10 @@ def _no_stray_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
         if name.startswith("WURK_"):
             monkeypatch.delenv(name)
+
+
+@pytest.fixture(autouse=True)
+def _own_spool(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Each test (and every process it starts) spools into its own directory,
+    never into the user's ~/.local/state."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))

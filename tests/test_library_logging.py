@@ -38,7 +38,7 @@ def test_a_push_prints_nothing(redis_server: RedisServer, r: redis.Redis) -> Non
 
 def test_a_warning_is_silent_without_a_logging_configuration() -> None:
     # Redis is down: the push is buffered with a push.buffered warning, and
-    # the exit flush gives up with push.unflushed; none of it is printed.
+    # the exit flush spools it with a push.spooled error; none of it is printed.
     code = PUSH.replace("wurk.Client()", "wurk.Client(wurk.Config(push_flush_timeout=0.2))")
     done = run_python(code, f"redis://127.0.0.1:{free_port()}/0")
     assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
@@ -54,7 +54,7 @@ def test_the_applications_logging_configuration_decides() -> None:
     lines = done.stderr.splitlines()
     buffered = [line for line in lines if "push.buffered" in line]
     assert buffered and buffered[0].startswith("wurk.push|WARNING|push.buffered ")
-    assert any("push.unflushed" in line for line in lines)
+    assert any(line.startswith("wurk.push|ERROR|push.spooled ") for line in lines)
 
 
 def test_an_application_that_silences_wurk_hears_nothing() -> None:

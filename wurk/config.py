@@ -85,6 +85,11 @@ class Config:
     # without.
     push_replicas: int | None = None
     push_replicas_timeout: float = 1.0
+    # Where a process leaves, at exit, the pushes it could not send (see
+    # wurk.spool); unset: $XDG_STATE_HOME/wurk/spool or ~/.local/state/wurk/spool.
+    spool_dir: str | None = None
+    # How often wurk run and swarm children push what the spool holds.
+    spool_interval: float = 10.0
     # Move due scheduled/retry jobs inside one Lua script (no pop-then-push
     # window); false keeps Sidekiq's classic pop-one-then-push poller.
     reliable_scheduler: bool = True
@@ -229,6 +234,8 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "push_flush_timeout": (int, float),
     "push_replicas": (int, type(None)),
     "push_replicas_timeout": (int, float),
+    "spool_dir": (str, type(None)),
+    "spool_interval": (int, float),
     "reaper_interval": (int, float),
     "max_recoveries": (int,),
     "redis_pool_size": (int, type(None)),
@@ -271,7 +278,7 @@ _NON_NEGATIVE = ("shutdown_timeout", "push_flush_timeout", "dead_timeout", "max_
 _POSITIVE = ("heartbeat_interval", "fetch_timeout", "average_scheduled_poll_interval",
              "poll_interval_average", "redis_connect_timeout", "redis_read_timeout",
              "redis_retry_cap", "reliable_poll_interval", "reaper_interval",
-             "push_replicas_timeout")
+             "push_replicas_timeout", "spool_interval")
 _URL_SCHEMES = ("redis://", "rediss://", "unix://")
 
 

@@ -56,7 +56,8 @@ def random_poll_interval(average: float, process_count: int, rng: random.Random)
 class Poller:
     def __init__(self, config: Config, rng: random.Random | None = None) -> None:
         self.config = config
-        self.client = Client(config)
+        # The launcher's own spool drainer pushes the spool.
+        self.client = Client(config, drain_spool=False)
         self.rng = rng or random.Random()
         self._done = threading.Event()
         self._thread: threading.Thread | None = None
