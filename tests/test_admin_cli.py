@@ -265,12 +265,12 @@ def test_retries_list_retry_delete_clear(cli: Cli, r: redis.Redis) -> None:
     assert queued(r)["a"]["retry_count"] == 1  # Sidekiq's retry decrements it
     assert sorted(json.loads(str(m))["jid"] for m in r.zrange("retry", 0, -1)) == ["b", "c"]
 
-    deleted = cli("retries", "delete", "b")
+    deleted = cli("retries", "delete", "b", "--yes")
     assert deleted.lines == ["deleted 1 job from the retry set: b"]
     assert "b" not in queued(r)
     assert r.zcard("retry") == 1
 
-    cleared = cli("retries", "clear", "--json")
+    cleared = cli("retries", "clear", "--yes", "--json")
     assert cleared.json == {"set": "retry", "action": "clear", "count": 1, "jids": None}
     assert r.zcard("retry") == 0
     assert cli("retries").lines == ["the retry set is empty"]

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -133,7 +132,8 @@ def do_discard(ctx: Context, directory: Path, args: argparse.Namespace) -> None:
     infos = [describe(name, ctx.now) for name in chosen]
     jobs = sum(info["jobs"] or 0 for info in infos)
     if not args.yes:
-        _confirm(f"discard {jobs} jobs in {len(chosen)} spool files from {directory}?")
+        ctx.confirm(f"discard {jobs} jobs in {len(chosen)} spool files from {directory}?",
+                    what="discard deletes jobs")
     done: list[Payload] = []
     busy: list[str] = []
     for name, info in zip(chosen, infos, strict=True):
@@ -159,15 +159,6 @@ def _select(directory: Path, args: argparse.Namespace) -> list[spool.SpoolName]:
     if missing:
         raise CommandError(f"no spool file {', '.join(map(repr, missing))} in {directory}")
     return list({by_name[Path(f).name].path: by_name[Path(f).name] for f in args.files}.values())
-
-
-def _confirm(question: str) -> None:
-    if not sys.stdin.isatty():
-        raise UsageError("discard deletes jobs for good: confirm with --yes "
-                         "(stdin is not a terminal)")
-    print(f"{question} [y/N] ", end="", file=sys.stderr, flush=True)
-    if sys.stdin.readline().strip().lower() not in ("y", "yes"):
-        raise CommandError("nothing discarded")
 
 
 def render_discard(payload: Payload, now: float) -> list[str]:
