@@ -8,6 +8,7 @@ subprocess). Swarm-level control is in test_swarm_control.py.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -190,10 +191,11 @@ def test_processes_and_workers_show_a_running_job(cli: Cli, config: Config) -> N
         assert work["run_at"] == pytest.approx(time.time(), abs=10)
 
         processes = cli("processes").lines
-        assert columns(processes[0])[:5] == ["IDENTITY", "TAG", "QUEUES", "BUSY", "STATE"]
+        assert columns(processes[0])[:6] == ["IDENTITY", "TAG", "SLOT", "QUEUES", "BUSY",
+                                             "STATE"]
         row = columns(processes[1])
-        assert row[0] == launcher.identity and row[3] == f"1/{config.concurrency}"
-        assert row[4] == "running"
+        assert row[0] == launcher.identity and row[4] == f"1/{config.concurrency}"
+        assert row[5] == "running"
         workers = cli("workers").lines
         assert columns(workers[1])[:5] == [launcher.identity, work["thread"], "default",
                                            job.name, jid]
@@ -201,6 +203,16 @@ def test_processes_and_workers_show_a_running_job(cli: Cli, config: Config) -> N
         wait_for(lambda: runs)
     assert cli("workers").lines == ["no jobs running"]
     assert cli("processes", "--json").json == []
+
+
+def test_a_swarm_child_shows_its_tag_and_its_slot_apart(
+        cli: Cli, config: Config, launch_with: Callable[..., Any]) -> None:
+    tagged = dataclasses.replace(config, tag="reports")
+    child = launch_with(tagged, extra_info={"slot": "heavy", "index": 1, "swarm_pid": 1})
+    alone = launch_with(dataclasses.replace(config, tag=""))
+    rows = {columns(line)[0]: columns(line) for line in cli("processes").lines[1:]}
+    assert rows[child.identity][1:3] == ["reports", "heavy#1"]
+    assert rows[alone.identity][1:3] == ["-", "-"]
 
 
 def test_swarms_lists_live_swarms_and_prunes_expired_ones(cli: Cli, config: Config,
