@@ -1,21 +1,25 @@
-"""``wurk retries|dead|scheduled [list|retry|delete|clear] [JID ...] [--all] [--yes]``.
+"""``wurk retries|dead|scheduled [list|show|retry|delete|clear] [JID ...] [--all] [--yes]``.
 
 Duties:
 1. ``list`` (the default): the entries, soonest first (the morgue newest
    death first), at most ``--limit`` of them, with the set's full size.
-2. ``retry``: push the named entries (or ``--all``) back to their queues
+2. ``show JID ...``: everything a person needs to judge one failure: the
+   error, the stored backtrace (if the job kept one), the arguments and the
+   retry fields.
+3. ``retry``: push the named entries (or ``--all``) back to their queues
    now; from ``retry`` and ``dead`` that is Sidekiq's retry (``retry_count``
    decremented), from ``scheduled`` it runs the job now.
-3. ``delete`` the named entries (or ``--all``); ``clear`` (or ``clear --all``)
+4. ``delete`` the named entries (or ``--all``); ``clear`` (or ``clear --all``)
    empties the set. Both destroy jobs, so they ask on a terminal and need
    ``--yes`` anywhere else.
-4. Name every unknown jid and act on none of them (exit 1); report an entry
+5. Name every unknown jid and act on none of them (exit 1); report an entry
    another operator moved meanwhile, after acting on the rest (exit 1).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 from collections.abc import Callable, Iterable
 from itertools import islice
 from typing import Any
@@ -24,7 +28,7 @@ from wurk.admin.output import clip, table, when
 from wurk.admin.registry import AdminCommand, CommandError, Context, UsageError
 from wurk.api import DeadSet, RetrySet, ScheduledSet, SortedEntry, SortedSet
 
-ACTIONS = ("list", "retry", "delete", "clear")
+ACTIONS = ("list", "show", "retry", "delete", "clear")
 DEFAULT_LIMIT = 100
 # What the WHEN column means in each set.
 WHEN_HEADER = {"schedule": "RUNS", "retry": "NEXT TRY", "dead": "DIED"}
@@ -76,6 +80,42 @@ def _error(entry: Payload) -> str:
     if entry["error_class"] is None:
         return ""
     return clip(f"{entry['error_class']}: {entry['error_message'] or ''}", 50)
+
+
+# -- show ------------------------------------------------------------------------
+def show_payload(entry: SortedEntry) -> Payload:
+    return {**entry_payload(entry), "args": entry.args, "display_args": entry.display_args,
+            "error_backtrace": entry.error_backtrace, "failed_at": entry.failed_at,
+            "retried_at": entry.retried_at, "retry": entry["retry"],
+            "enqueued_at": entry.enqueued_at, "created_at": entry.created_at}
+
+
+def do_show(ctx: Context, jobs: SortedSet, args: argparse.Namespace) -> None:
+    if args.all or not args.jids:
+        raise UsageError("show needs one or more JIDs (and no --all)")
+    shown = [show_payload(entry) for entry in select(jobs, args)]
+    ctx.emit({"set": jobs.name, "entries": shown}, render_show)
+
+
+def render_show(payload: Payload, now: float) -> list[str]:
+    lines: list[str] = []
+    for e in payload["entries"]:
+        lines += [f"{e['jid']}  {e['class']}  queue {e['queue']}",
+                  f"  {WHEN_HEADER.get(payload['set'], 'at').lower()}: {when(e['at'], now)}",
+                  f"  error: {_error_text(e)}",
+                  f"  args: {json.dumps(e['args'], default=str)}",
+                  f"  retry: {e['retry']!r}  retry_count: {e['retry_count']!r}  "
+                  f"failed: {when(e['failed_at'], now)}  retried: {when(e['retried_at'], now)}"]
+        trace = e["error_backtrace"]
+        lines += (["  backtrace:", *(f"    {line}" for line in trace)] if trace
+                  else ["  backtrace: none stored (push the job with backtrace=True to keep one)"])
+    return lines
+
+
+def _error_text(entry: Payload) -> str:
+    if entry["error_class"] is None:
+        return "none"
+    return f"{entry['error_class']}: {entry['error_message'] or ''}"
 
 
 # -- retry / delete / clear --------------------------------------------------------
@@ -153,13 +193,14 @@ def _quoted(jids: Iterable[str | None]) -> str:
     return ", ".join(repr(jid) for jid in jids)
 
 
-ACTION_RUNNERS = {"list": do_list, "retry": do_retry, "delete": do_delete, "clear": do_clear}
+ACTION_RUNNERS = {"list": do_list, "show": do_show, "retry": do_retry, "delete": do_delete,
+                  "clear": do_clear}
 
 
 def sorted_set_command(name: str, kind: type[SortedSet], what: str) -> AdminCommand:
     def run(ctx: Context, args: argparse.Namespace) -> None:
         ACTION_RUNNERS[args.action](ctx, kind(config=ctx.config), args)
-    return AdminCommand(name, f"list, retry, delete or clear {what}", run, arguments)
+    return AdminCommand(name, f"list, show, retry, delete or clear {what}", run, arguments)
 
 
 COMMANDS = (
