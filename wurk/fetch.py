@@ -6,6 +6,8 @@ Duties:
 2. Hand back a :class:`UnitOfWork` holding the raw payload bytes untouched,
    so a requeue or a dead entry is byte-for-byte what was fetched.
 3. Requeue unfinished work to the oldest end (RPUSH) so it runs next.
+4. Settle a failed job: write its retry or dead entry (``wurk.settle``);
+   there is nothing to acknowledge.
 
 A BRPOP is destructive, so it is never replayed after its reply may have
 been lost; reliable fetch (a private working list) closes that gap.
@@ -19,11 +21,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from wurk import keys
+from wurk import keys, settle
 from wurk.queues import QueuePlan
 
 if TYPE_CHECKING:
     from wurk.config import Config
+    from wurk.settle import Settlement
 
 PAUSED_REFRESH = 1.0
 
@@ -45,6 +48,7 @@ class Fetch(Protocol):
     def stop(self) -> None: ...
     def fetch(self) -> UnitOfWork | None: ...
     def acknowledge(self, work: UnitOfWork, jid: str | None = None) -> None: ...
+    def settle(self, work: UnitOfWork, jid: str | None, settlement: Settlement) -> bool: ...
     def requeue(self, works: Iterable[UnitOfWork]) -> int: ...
 
 
@@ -104,6 +108,10 @@ class BasicFetch:
 
     def acknowledge(self, work: UnitOfWork, jid: str | None = None) -> None:
         """Nothing to do: BRPOP already removed the job from Redis."""
+
+    def settle(self, work: UnitOfWork, jid: str | None, settlement: Settlement) -> bool:
+        """Write a failed job's entry: BRPOP left no copy to remove."""
+        return settle.write(self.config, settlement)
 
     def requeue(self, works: Iterable[UnitOfWork]) -> int:
         commands = [w.requeue_command() for w in works]

@@ -110,6 +110,32 @@ return moved
 """,
 )
 
+# Settle a failed job in one step: remove the copy this run claimed from its
+# private list and, only if it was still there, write where the job goes
+# next (its retry entry, or its dead entry with Sidekiq's age and size trims)
+# and retire its poison-pill counter. A copy that a stop already gave back,
+# or a replay of a settle that landed, finds nothing and writes nothing. With
+# no private list (basic fetch) it is just the write. The removal comes
+# first for a second reason: it counts as the script's first write, and
+# Redis lets a script that has written go on writing at maxmemory.
+# KEYS: the retry or dead set.
+# ARGV: private list or "", claimed payload, pill key or "", mode ("retry",
+#       "dead" or "drop"), score, entry, dead cutoff score, dead max jobs.
+SETTLE = Script(
+    "settle",
+    """
+if ARGV[1] ~= "" and redis.call("lrem", ARGV[1], -1, ARGV[2]) == 0 then return 0 end
+local mode = ARGV[4]
+if mode ~= "drop" then redis.call("zadd", KEYS[1], ARGV[5], ARGV[6]) end
+if mode == "dead" then
+  redis.call("zremrangebyscore", KEYS[1], "-inf", ARGV[7])
+  redis.call("zremrangebyrank", KEYS[1], 0, -tonumber(ARGV[8]))
+end
+if ARGV[3] ~= "" then redis.call("del", ARGV[3]) end
+return 1
+""",
+)
+
 # Recover a dead process's private lists. Each job's poison-pill counter goes
 # up; a job recovered more than ARGV[3] times goes to the dead set instead of
 # back to its queue. Newest first, so the oldest ends nearest the fetch end.

@@ -77,6 +77,7 @@ class InFlightTable:
         self._lock = threading.Lock()
         self._slots: dict[str, Running] = {}
         self._closed = False
+        self._abandoning = threading.Event()
 
     def begin(self, slot: str, work: UnitOfWork, job: dict[str, Any]) -> bool:
         """Record a job as running; False once a hard stop closed the table."""
@@ -96,6 +97,17 @@ class InFlightTable:
         with self._lock:
             return self._slots.pop(slot, None)
 
+    def abandoned(self, slot: str) -> bool:
+        """True once a hard stop took the slot's job (it stays recorded until ``finish``)."""
+        with self._lock:
+            running = self._slots.get(slot)
+        return running is not None and running.abandoned
+
+    def wait_abandoned(self, slot: str, timeout: float) -> bool:
+        """Wait up to ``timeout`` for a hard stop; whether it took the slot's job."""
+        self._abandoning.wait(timeout)
+        return self.abandoned(slot)
+
     def busy(self) -> int:
         return len(self._slots)
 
@@ -105,6 +117,7 @@ class InFlightTable:
             running = [r for r in self._slots.values() if not r.abandoned]
             for r in running:
                 r.abandoned = True
+        self._abandoning.set()
         return [r.work for r in running]
 
     def work_hash(self) -> dict[str, str]:

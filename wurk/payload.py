@@ -4,6 +4,11 @@ Payloads are plain dicts that keep every key they arrived with, so fields
 wurk does not know (Sidekiq Pro's ``bid``, ``tags``, ``unique_for``…) survive
 every move between Redis structures. Floats are written as Ruby's JSON
 writes them, so a payload Sidekiq re-dumps keeps the same bytes.
+
+Only real JSON is a payload: ``NaN``, ``Infinity`` and numbers that overflow
+a float (``1e400``) are refused when read, as is nesting too deep to decode,
+so such a job goes to ``dead`` as malformed at once instead of failing later
+when wurk writes it back.
 """
 
 from __future__ import annotations
@@ -81,12 +86,25 @@ def _ruby_number(match: re.Match[str]) -> str:
     return f"{sign}{figures[0]}.{figures[1:] or '0'}e+15"
 
 
+def _finite_float(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise ValueError(f"number {text[:40]} is out of range")
+    return number
+
+
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
 def loads_job(raw: str | bytes) -> dict[str, Any]:
     """Parse a queue entry. Raises PayloadError for anything that is not a job."""
     try:
-        job = json.loads(raw)
+        job = json.loads(raw, parse_float=_finite_float, parse_constant=_not_json)
     except (ValueError, UnicodeDecodeError) as exc:
         raise PayloadError(f"not JSON: {exc}") from None
+    except RecursionError:
+        raise PayloadError("not JSON: nested too deep to decode") from None
     if not isinstance(job, dict):
         raise PayloadError(f"not a JSON object: {type(job).__name__}")
     if not isinstance(job.get("class"), str) or not isinstance(job.get("args"), list):
@@ -132,9 +150,12 @@ def to_seconds(value: Any) -> float | None:
     """
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    if isinstance(value, int) and value > 4_102_444_800:
-        return value / 1000.0
-    return float(value)
+    try:
+        if isinstance(value, int) and value > 4_102_444_800:
+            return value / 1000.0
+        return float(value)
+    except OverflowError:  # an integer beyond any float: no time at all
+        return None
 
 
 def score(seconds: float) -> str:

@@ -1,19 +1,32 @@
-"""The processor: runs one fetched unit of work from raw bytes to ack.
+"""The processor: runs one fetched unit of work from raw bytes to its settlement.
 
 Duties, in order, for each job:
-1. Parse, or kill: a payload that is not a job object goes to ``dead`` as the
-   raw string, with no retry and no failure count (as Sidekiq does).
+1. Parse, or kill: a payload that is not a job object (not JSON, NaN or an
+   overflowing number, nested too deep to decode, no class or args) goes to
+   ``dead`` as the raw string, with no retry and no failure count (as
+   Sidekiq does).
 2. Resolve the class through the registry only; an unknown name is an
    ordinary failure, so it retries and finally dies.
 3. Run it inside the server middleware chain, timing it and logging one line
    at start and one at the end; under cProfile when the payload asks for a
    profile (``wurk.profiler``), and timed and counted while metrics are on
-   (``wurk.metrics``). With both off the run path is unchanged.
-4. On failure: count it, call the error handlers, hand it to the retry
-   handler. On success: count it.
-5. Acknowledge, unless the launcher already pushed the job back to Redis
-   during a hard stop (then this execution's outcome is dropped: the job
-   runs again, which the at-least-once contract allows).
+   (``wurk.metrics``). With both off the run path is unchanged. Whatever the
+   job or its middleware raises, ``SystemExit`` and ``KeyboardInterrupt``
+   included, is the job's failure: nothing a job does ends the thread.
+4. On success: count it and acknowledge it. On failure: count it, call the
+   error handlers, let the retry handler say where it goes, and settle it:
+   the removal of this run's claimed copy and the write of its retry or dead
+   entry are one atomic step (``wurk.settle``), retried with backoff through
+   Redis trouble, so a failure is never followed by an acknowledgement that
+   could delete a later copy, and a job whose failure cannot be written yet
+   stays in its private list instead of vanishing. A failure that cannot
+   even be serialised sends the raw payload to ``dead``, with the reason
+   logged.
+5. Drop this execution's outcome when the launcher already pushed the job
+   back to Redis during a hard stop (the job runs again, which the
+   at-least-once contract allows), and stop retrying a settle once a hard
+   stop abandons the job (its copy stays for the stop's release or the
+   reaper).
 """
 
 from __future__ import annotations
@@ -23,11 +36,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from wurk import logging as wlog
-from wurk import metrics, middleware, profiler
+from wurk import metrics, middleware, profiler, settle
 from wurk.job import Registered, Registry, UnknownJobError
 from wurk.logging import get_logger
 from wurk.payload import PayloadError, loads_job
-from wurk.retry import RetryHandler, kill
+from wurk.retry import RetryHandler, describe
+from wurk.settle import Settlement
 
 if TYPE_CHECKING:
     from wurk.config import Config
@@ -55,34 +69,40 @@ class Processor:
         try:
             job = loads_job(work.raw)
         except PayloadError as exc:
-            log.error("job.malformed", queue=work.queue, error=str(exc),
-                      payload=work.raw[:200].decode("utf-8", "replace"))
-            kill(self.config, work.raw)
-            self.fetch.acknowledge(work, None)
+            self._malformed(work, slot, str(exc))
             return
         if not self.in_flight.begin(slot, work, job):
             # Fetched after a hard stop gave up waiting: hand it straight back.
             self._requeue_or_report(work)
             return
-        entry = self.registry.find(job["class"])
-        if "profile" in job:  # Sidekiq 8's contract; the one check an ordinary job pays
-            failure = profiler.profiled(self.config, job,
-                                        lambda: self._run_job(job, work.queue, entry))
-        else:
-            failure = self._run_job(job, work.queue, entry)
-        if self.in_flight.finish(slot):
-            return  # requeued by a hard stop: not ours to settle any more
-        if failure is None:
-            self.counters.record(failed=False)
-        else:
-            self.counters.record(failed=True)
-            self._failed(job, work, failure, entry)
-        jid = job.get("jid")
-        self.fetch.acknowledge(work, jid if isinstance(jid, str) else None)
+        try:
+            entry = self.registry.find(job["class"])
+            failure = self._execute(job, work.queue, entry)
+            if failure is None:
+                self._succeeded(job, work, slot)
+            else:
+                self._failed(job, work, slot, failure, entry)
+        except BaseException as exc:  # noqa: BLE001 - a bug here must not end the thread
+            # The job's copy stays where it is (a private list gives it back at stop).
+            log.error("processor.error", queue=work.queue, error=describe(exc),
+                      payload=work.raw[:200].decode("utf-8", "replace"))
+        finally:
+            self.in_flight.finish(slot)
+
+    def _execute(self, job: dict[str, Any], queue: str,
+                 entry: Registered | None) -> BaseException | None:
+        try:
+            if "profile" in job:  # Sidekiq 8's contract; the one check an ordinary job pays
+                return profiler.profiled(self.config, job,
+                                         lambda: self._run_job(job, queue, entry))
+            return self._run_job(job, queue, entry)
+        except BaseException as exc:  # noqa: BLE001 - a profiler or metrics error: outcome unknown
+            log.error("job.run_error", jid=_jid(job), error=describe(exc))
+            return exc
 
     def _run(self, job: dict[str, Any], queue: str,
              entry: Registered | None) -> BaseException | None:
-        context = {"jid": job.get("jid"), "class": job["class"], "queue": queue}
+        context = {"jid": _jid(job), "class": job["class"], "queue": queue}
         # Checked once per job: with info lines off, a job pays no logging at all.
         chatty = wlog.enabled("info")
         if chatty:
@@ -94,32 +114,56 @@ class Processor:
             perform = entry.factory(job)
             middleware.invoke(self.config.server_middleware, job, queue,
                               lambda: perform(*job["args"]))
-        except Exception as exc:  # noqa: BLE001 - a job's failure is data, not a crash
+        except BaseException as exc:  # noqa: BLE001 - SystemExit too: a job's failure is data
             log.warning("job.fail", elapsed=round(time.perf_counter() - started, 6),
-                        error=f"{type(exc).__name__}: {exc}", **context)
+                        error=describe(exc), **context)
             return exc
         if chatty:
             log.info("job.done", elapsed=round(time.perf_counter() - started, 6), **context)
         return None
 
-    def _failed(self, job: dict[str, Any], work: UnitOfWork, exc: BaseException,
+    def _succeeded(self, job: dict[str, Any], work: UnitOfWork, slot: str) -> None:
+        if self.in_flight.finish(slot):
+            return  # requeued by a hard stop: not ours to settle any more
+        self.counters.record(failed=False)
+        self.fetch.acknowledge(work, _jid(job))
+
+    def _failed(self, job: dict[str, Any], work: UnitOfWork, slot: str, exc: BaseException,
                 entry: Registered | None) -> None:
-        queue = work.queue
+        if self.in_flight.abandoned(slot):
+            return  # as above; the slot stays recorded while the failure settles
+        self.counters.record(failed=True)
         for handler in self.config.error_handlers:
             try:
-                handler(exc, {"job": job, "queue": queue})
-            except Exception as hook_error:  # noqa: BLE001
-                log.warning("error_handler.failed", error=repr(hook_error), jid=job.get("jid"))
+                handler(exc, {"job": job, "queue": work.queue})
+            except BaseException as hook_error:  # noqa: BLE001
+                log.warning("error_handler.failed", error=describe(hook_error), jid=_jid(job))
         try:
-            outcome = self.retry.handle(job, queue, exc, entry.options if entry else None)
-        except Exception as redis_error:  # noqa: BLE001
-            # The failure could not be recorded; put the job back as fetched
-            # rather than drop it (it may run once more than its budget says).
-            log.error("retry.write_failed", jid=job.get("jid"), error=repr(redis_error))
+            settlement = self.retry.plan(job, work.queue, exc, entry.options if entry else None)
+        except BaseException as unwritable:  # noqa: BLE001 - e.g. a middleware left a non-JSON value
+            log.error("retry.unrecordable", jid=_jid(job), error=describe(unwritable),
+                      failure=describe(exc))
+            settlement = Settlement.dead(work.raw)
+        if self._settle(work, slot, _jid(job), settlement):
+            log.info(f"job.{settlement.outcome}", jid=_jid(job), queue=work.queue,
+                     retry_count=job.get("retry_count"))
+
+    def _malformed(self, work: UnitOfWork, slot: str, reason: str) -> None:
+        log.error("job.malformed", queue=work.queue, error=reason,
+                  payload=work.raw[:200].decode("utf-8", "replace"))
+        if not self.in_flight.begin(slot, work, {}):
             self._requeue_or_report(work)
             return
-        log.info("job.retry" if outcome == "retry" else f"job.{outcome}",
-                 jid=job.get("jid"), queue=queue, retry_count=job.get("retry_count"))
+        try:
+            self._settle(work, slot, None, Settlement.dead(work.raw))
+        finally:
+            self.in_flight.finish(slot)
+
+    def _settle(self, work: UnitOfWork, slot: str, jid: str | None,
+                settlement: Settlement) -> bool:
+        return settle.until_settled(
+            self.config, self.fetch, work, settlement, jid=jid, rng=self.retry.rng,
+            abandoned=lambda wait: self.in_flight.wait_abandoned(slot, wait))
 
     def _requeue_or_report(self, work: UnitOfWork) -> None:
         try:
@@ -127,3 +171,9 @@ class Processor:
         except Exception as redis_error:  # noqa: BLE001
             log.error("job.lost", queue=work.queue, error=repr(redis_error),
                       payload=work.raw[:200].decode("utf-8", "replace"))
+
+
+def _jid(job: dict[str, Any]) -> str | None:
+    """The jid if it is a string: anything else from Redis is not worth a log field."""
+    jid = job.get("jid")
+    return jid if isinstance(jid, str) else None

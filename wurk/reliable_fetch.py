@@ -10,9 +10,12 @@ Duties:
    runs under :mod:`wurk.threads`.
 2. ``acknowledge`` removes a finished job from the private list and retires
    its poison-pill counter (batched with the next claim, or sent at once by
-   the processor when the fetcher is blocked).
+   the processor when the fetcher is blocked). A failed job is not
+   acknowledged: ``settle`` removes its copy and writes its retry or dead
+   entry in one script (``wurk.settle``), so no acknowledgement can outlive
+   a failure and delete a later copy of the job.
 3. ``requeue`` gives unfinished jobs back to their queues (REQUEUE script),
-   so a stop or a failed retry write never loses one.
+   so a stop never loses one.
 4. After any disruption of the pool (a claim whose reply was lost, a
    failover, a restarted Redis), ``resync`` gives back whatever sits in the
    private lists that this process does not know it holds. A promoted
@@ -31,7 +34,7 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from wurk import keys, threads
+from wurk import keys, settle, threads
 from wurk.fetch import PausedQueues, UnitOfWork
 from wurk.logging import get_logger
 from wurk.lua import CLAIM, REQUEUE
@@ -39,6 +42,7 @@ from wurk.lua import CLAIM, REQUEUE
 if TYPE_CHECKING:
     from wurk.config import Config
     from wurk.queues import QueuePlan
+    from wurk.settle import Settlement
 
 log = get_logger("wurk.fetch")
 ERROR_PAUSE = 1.0
@@ -161,6 +165,14 @@ class ReliableFetch:
                 self._wake.notify()
         if direct:
             self._flush_acks()
+
+    def settle(self, work: UnitOfWork, jid: str | None, settlement: Settlement) -> bool:
+        """Remove this run's copy and write the failed job's entry, in one script."""
+        settled = settle.write(self.config, settlement, keys.wip(self.identity, work.queue),
+                               work.raw, keys.pill(jid) if jid else "")
+        with self._cond:
+            self._release(work)
+        return settled
 
     def requeue(self, works: Iterable[UnitOfWork]) -> int:
         works = list(works)
