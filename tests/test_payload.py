@@ -45,7 +45,8 @@ def test_to_seconds(value: float, expected: float) -> None:
     assert got == pytest.approx(expected, abs=1e-6)
 
 
-@pytest.mark.parametrize("value", [True, False, None, "1796022178", "1.5", [1], {"a": 1}])
+@pytest.mark.parametrize("value", [True, False, None, "1796022178", "1.5", [1], {"a": 1},
+                                   10**400])
 def test_to_seconds_rejects_non_numbers(value: Any) -> None:
     assert to_seconds(value) is None
 
@@ -120,6 +121,14 @@ def test_score_round_trips_through_redis(r: redis.Redis) -> None:
         ('{"class":1,"args":[]}', "class"),
         ('{"class":"A","args":{"a":1}}', "args"),
         ('{"class":"A","args":"x"}', "args"),
+        # Not JSON, though Python's json module reads them: they could never be written back.
+        ('{"class":"A","args":[NaN]}', "NaN is not JSON"),
+        ('{"class":"A","args":[Infinity]}', "Infinity is not JSON"),
+        ('{"class":"A","args":[],"x":-Infinity}', "-Infinity is not JSON"),
+        ('{"class":"A","args":[],"retry_count":1e400}', "1e400 is out of range"),
+        ('{"class":"A","args":[-1.5e999]}', "out of range"),
+        ("[" * 100_000, "nested too deep"),
+        ('{"class":"A","args":' + "[" * 50_000 + "]" * 50_000 + "}", "nested too deep"),
     ],
 )
 def test_loads_job_errors(raw: str | bytes, why: str) -> None:

@@ -17,10 +17,16 @@ from wurk.job import make_options
 from wurk.payload import new_jid
 from wurk.retry import (
     MAX_MESSAGE,
+    UNREADABLE_MESSAGE,
     RetryHandler,
+    UnusableCountError,
+    backtrace_limit,
     decode_backtrace,
+    describe,
     encode_backtrace,
+    exception_message,
     kill,
+    next_retry_count,
     retry_delay,
 )
 
@@ -114,6 +120,68 @@ def test_backtrace_round_trip_and_zlib_header() -> None:
     wrapped = "\n".join(encoded[i:i + 60] for i in range(0, len(encoded), 60)) + "\n"
     assert decode_backtrace(wrapped) == lines
     base64.b64decode(encoded, validate=True)  # strict base64, no newlines
+
+
+# -- reading what a payload carries -------------------------------------------------------
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    (None, None), (False, None),      # Sidekiq's `if msg["retry_count"]`: a first failure
+    (0, 1), (24, 25), (-1, 0),        # -1: a job retried by hand from a count of 0
+    (3.0, 4), (2**53 - 1, 2**53),
+])
+def test_next_retry_count(value: Any, expected: int | None) -> None:
+    assert next_retry_count(value) == expected
+
+
+@pytest.mark.parametrize("value", ["abc", "3", True, 2.5, 1e300, -(2**53), [1], {"n": 1}])
+def test_next_retry_count_refuses_what_is_not_a_count(value: Any) -> None:
+    with pytest.raises(UnusableCountError, match="is not a count"):
+        next_retry_count(value)
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    (True, None), (5, 5), (-2, -2), (2.9, 2),
+    # Ruby's String#to_i, as Sidekiq 6.4 applies it: the leading integer, else 0.
+    ("abc", 0), ("12abc", 12), (" -3", -3), ("9" * 5000, 999_999_999_999_999_999),
+    ([3], 0), ({"a": 1}, 0),
+])
+def test_backtrace_limit_reads_any_value(value: Any, expected: int | None) -> None:
+    assert backtrace_limit(value) == expected
+
+
+def test_an_unreadable_message_is_replaced_as_sidekiq_does() -> None:
+    class Unreadable(Exception):
+        def __str__(self) -> str:
+            raise KeyboardInterrupt
+
+    assert exception_message(Unreadable()) == UNREADABLE_MESSAGE
+    assert describe(Unreadable()) == f"Unreadable: {UNREADABLE_MESSAGE}"
+    assert exception_message(ValueError("bad \udcff byte")) == "bad ? byte"
+
+
+def test_unusable_retry_count_goes_to_dead_with_the_reason(
+        r: redis.Redis, config: Config, handler: RetryHandler) -> None:
+    died: list[str] = []
+    config.death_handlers.append(lambda job, exc: died.append(job["jid"]))
+    job = make_job(retry_count="abc", dead=False)  # dead: false drops exhausted jobs, not these
+    assert handler.handle(job, "default", raised(Boom("kaput")), None) == "dead"
+    entry, _ = only_entry(r, "dead")
+    assert entry["error_message"] == ("kaput (wurk: retry_count 'abc' is not a count, "
+                                      "so the job went to dead)")
+    assert entry["retry_count"] == 0  # a retry from the morgue can count from here
+    assert isinstance(entry["failed_at"], float)
+    assert died == [job["jid"]]
+    assert r.zcard("retry") == 0
+
+
+def test_a_custom_delay_that_is_not_finite_falls_back_to_the_formula(
+        r: redis.Redis, handler: RetryHandler) -> None:
+    before = time.time()
+    options = make_options(retry_in=lambda c, e, j: 10**400)
+    assert handler.handle(make_job(), "default", raised(Boom("x")), options) == "retry"
+    _, at = only_entry(r, "retry")
+    assert before + 15 <= at <= time.time() + 24
 
 
 # -- RetryHandler against real Redis ------------------------------------------------------
