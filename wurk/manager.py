@@ -11,7 +11,8 @@ Duties:
 3. Count processed and failed executions between heartbeats.
 4. ``quiet`` stops fetching; ``stop(deadline)`` waits for running jobs until
    the deadline, then pushes whatever is still running back to its queue in
-   one pipeline and marks those slots so their late outcome is dropped.
+   one pipeline and marks those slots so their late outcome is dropped (a
+   failure still waiting to be written stops retrying: ``wait_abandoned``).
 """
 
 from __future__ import annotations
