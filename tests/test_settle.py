@@ -401,30 +401,43 @@ def test_base_exceptions_and_deep_payloads_do_not_stop_the_processors(
     launcher.stop()
 
 
+class Unreadable(Exception):
+    def __str__(self) -> str:
+        raise KeyboardInterrupt
+
+
+def raise_exit(exc: BaseException, context: Any) -> None:
+    raise SystemExit("error handler")
+
+
+def raise_interrupt(job: Any, exc: BaseException) -> None:
+    raise KeyboardInterrupt
+
+
+def deeply_nested(depth: int) -> list[Any]:
+    nested: list[Any] = []
+    for _ in range(depth):
+        nested = [nested]
+    return nested
+
+
+def poison(job: dict[str, Any], queue: str, call_next: Callable[[], Any]) -> Any:
+    """Leaves in some payloads a value that cannot be written back as JSON."""
+    if job["args"] == ["poisoned"]:
+        job["extra"] = object()
+    if job["args"] == ["deep"]:
+        job["extra"] = deeply_nested(100_000)  # json.dumps raises RecursionError
+    return call_next()
+
+
 def test_hooks_and_messages_that_raise_do_not_stop_the_processors(
         r: redis.Redis, config: Config, define: Define, launch: Launch) -> None:
     """Siblings: an error handler or death handler raising a BaseException, an
-    exception whose message cannot be read, a middleware that leaves a value
-    JSON cannot carry in the payload."""
+    exception whose message cannot be read, a middleware that leaves in the
+    payload a value JSON cannot carry or one nested too deep to serialise."""
     config.concurrency = 1
-
-    class Unreadable(Exception):
-        def __str__(self) -> str:
-            raise KeyboardInterrupt
-
-    def handler(exc: BaseException, context: Any) -> None:
-        raise SystemExit("error handler")
-
-    def death(job: Any, exc: BaseException) -> None:
-        raise KeyboardInterrupt
-
-    def poison(job: dict[str, Any], queue: str, call_next: Callable[[], Any]) -> Any:
-        if job["args"] == ["poisoned"]:
-            job["extra"] = object()
-        return call_next()
-
-    config.error_handlers.append(handler)
-    config.death_handlers.append(death)
+    config.error_handlers.append(raise_exit)
+    config.death_handlers.append(raise_interrupt)
     config.server_middleware.append(poison)
     done: list[str] = []
 
@@ -435,16 +448,17 @@ def test_hooks_and_messages_that_raise_do_not_stop_the_processors(
         raise Unreadable
 
     job = define(work, retry=0)
-    for tag in ("unreadable", "poisoned", "ok"):
+    for tag in ("unreadable", "poisoned", "deep", "ok"):
         job.perform_async(tag)
     launcher = launch()
     wait_for(lambda: done == ["ok"], timeout=5)
-    wait_for(lambda: r.zcard(keys.DEAD) == 2)
-    entries = [m for m in r.zrange(keys.DEAD, 0, -1)]
-    assert any("!!! ERROR MESSAGE THREW AN ERROR !!!" in m for m in entries)
-    # The poisoned payload could not be written back: it went to dead as fetched.
-    assert any(json.loads(m)["args"] == ["poisoned"] and "error_class" not in json.loads(m)
-               for m in entries)
+    wait_for(lambda: r.zcard(keys.DEAD) == 3)
+    entries = [json.loads(m) for m in r.zrange(keys.DEAD, 0, -1)]
+    by_tag = {entry["args"][0]: entry for entry in entries}
+    assert by_tag["unreadable"]["error_message"] == "!!! ERROR MESSAGE THREW AN ERROR !!!"
+    # These could not be written back as stamped: they went to dead as fetched.
+    assert "error_class" not in by_tag["poisoned"]
+    assert "error_class" not in by_tag["deep"]
     assert all(t.is_alive() for t in launcher.manager._threads)
     launcher.stop()
 
