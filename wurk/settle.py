@@ -91,6 +91,7 @@ def until_settled(config: Config, fetch: Fetch, work: UnitOfWork, settlement: Se
 
 def _settled(done: bool, work: UnitOfWork, jid: str | None, settlement: Settlement) -> bool:
     if not done:
-        # A stop gave the copy back first: the job runs again, as at-least-once allows.
+        # The copy was gone: a stop gave it back first (the job runs again, as
+        # at-least-once allows), or a replayed attempt had already landed.
         log.warning("job.settle_skipped", jid=jid, queue=work.queue, outcome=settlement.outcome)
     return done
