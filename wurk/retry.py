@@ -166,8 +166,7 @@ class RetryHandler:
                options: JobOptions | None) -> str:
         """Plan and write at once (no claimed copy to remove); returns the outcome."""
         settlement = self.plan(job, queue, exc, options)
-        if settlement.outcome != "dropped":
-            write(self.config, settlement)
+        write(self.config, settlement)
         return settlement.outcome
 
     def plan(self, job: dict[str, Any], queue: str, exc: BaseException,

@@ -55,6 +55,8 @@ def write(config: Config, settlement: Settlement, private_list: str = "", claime
           pill: str = "") -> bool:
     """Run SETTLE once; False if the ``claimed`` copy was no longer in ``private_list``."""
     mode = {"retry": "retry", "dead": "dead"}.get(settlement.outcome, "drop")
+    if mode == "drop" and not private_list:
+        return True  # nothing to remove and nothing to write
     target = keys.RETRY if mode == "retry" else keys.DEAD
     args: list[Any] = [private_list, claimed, pill, mode, score(settlement.at),
                        settlement.entry, score(settlement.at - config.dead_timeout),
