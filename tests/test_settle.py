@@ -242,8 +242,8 @@ def test_unusable_payload_fields_end_in_retry_or_dead_without_spinning(
     requeued, run again and deleted by a stale acknowledgement (with a null
     retry_count, thousands of times a second).
 
-    A null or missing retry_count is a first failure, as in Sidekiq 6.4's
-    lib/sidekiq/job_retry.rb (``JobRetry#attempt_retry``)::
+    A null or missing retry_count is a first failure, as in Sidekiq 6.4.1's
+    lib/sidekiq/job_retry.rb (``JobRetry#attempt_retry``, lines 154-159)::
 
         count = if msg["retry_count"]
           msg["retried_at"] = Time.now.to_f
@@ -254,8 +254,8 @@ def test_unusable_payload_fields_end_in_retry_or_dead_without_spinning(
         end
 
     and a truthy backtrace other than true keeps
-    ``exception.backtrace[0...msg["backtrace"].to_i]`` lines, so "abc" keeps
-    none. Any other retry_count that is not a count sends the job to dead
+    ``exception.backtrace[0...msg["backtrace"].to_i]`` lines (lines 162-169),
+    so "abc" keeps none. Any other retry_count that is not a count sends the job to dead
     with the reason in error_message; NaN, Infinity and numbers beyond a
     float are not JSON, so those payloads go to dead as received.
     """
