@@ -162,12 +162,13 @@ def test_record_display_class_unwraps_activejob_and_mailers(config: Config) -> N
     assert named.display_args == [1, "[encrypted data]"]
 
 
-def test_record_tolerates_malformed_json_and_still_deletes(config: Config,
-                                                           r: redis.Redis) -> None:
-    r.lpush("queue:default", "not json at all", RUBY_JOB)
+@pytest.mark.parametrize("garbage", ["not json at all", "[" * 100_000])
+def test_record_tolerates_malformed_json_and_still_deletes(config: Config, r: redis.Redis,
+                                                           garbage: str) -> None:
+    r.lpush("queue:default", garbage, RUBY_JOB)
     records = list(Queue(config=config))
     bad = next(rec for rec in records if not rec.valid)
-    assert bad.args == ["not json at all"]
+    assert bad.args == [garbage]
     assert bad.jid is None and bad.klass is None and bad.item == {}
     assert bad.delete()
     assert r.lrange("queue:default", 0, -1) == [RUBY_JOB]

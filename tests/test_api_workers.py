@@ -68,10 +68,12 @@ def test_size_sums_busy_not_hash_lengths(config: Config, r: redis.Redis) -> None
 
 def test_skips_unreadable_entries(config: Config, r: redis.Redis) -> None:
     ruby_heartbeat(r, RUBY_IDENTITY, RUBY_INFO, busy=1)
-    r.hset(f"{RUBY_IDENTITY}:work", mapping={"bad": "not json", "ok": json.dumps(
-        {"queue": "q", "payload": "also not json", "run_at": 3})})
-    [entry] = Workers(config=config)
-    assert (entry.thread, entry.work.payload) == ("ok", {})
+    r.hset(f"{RUBY_IDENTITY}:work", mapping={
+        "bad": "not json", "deep": "[" * 100_000,
+        "ok": json.dumps({"queue": "q", "payload": "also not json", "run_at": 3}),
+        "ok2": json.dumps({"queue": "q", "payload": "[" * 100_000, "run_at": 3})})
+    entries = sorted(Workers(config=config), key=lambda e: e.thread)
+    assert [(e.thread, e.work.payload) for e in entries] == [("ok", {}), ("ok2", {})]
 
 
 def test_shows_the_jobs_a_real_launcher_is_running(config: Config) -> None:

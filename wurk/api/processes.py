@@ -51,7 +51,7 @@ class Process:
             return None
         try:
             info = json.loads(values[0])
-        except ValueError:
+        except (ValueError, RecursionError):
             return None
         fields = {name: opt_text(v) for name, v in zip(FIELDS[1:], values[1:], strict=True)}
         return cls(identity, info if isinstance(info, dict) else {}, fields, config=config)

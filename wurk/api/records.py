@@ -33,7 +33,7 @@ def parse_item(value: bytes | str) -> dict[str, Any] | None:
     """The payload object, or None when the value is not a JSON object."""
     try:
         item = json.loads(value)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return None
     return item if isinstance(item, dict) else None
 
@@ -166,7 +166,7 @@ class JobRecord:
             return None
         try:
             return decode_backtrace(value)
-        except (binascii.Error, zlib.error, ValueError):
+        except (binascii.Error, zlib.error, ValueError, RecursionError):
             return None
 
     # -- removal ----------------------------------------------------------

@@ -61,7 +61,7 @@ class SwarmProcess:
             return None
         try:
             info = json.loads(values[0])
-        except ValueError:
+        except (ValueError, RecursionError):
             return None
         fields = {name: None if v is None else text(v)
                   for name, v in zip(FIELDS[1:], values[1:], strict=True)}
@@ -109,7 +109,7 @@ class SwarmProcess:
         """The identities of the children that have registered (see ``wurk processes``)."""
         try:
             children = json.loads(self.fields.get("children") or "[]")
-        except ValueError:
+        except (ValueError, RecursionError):
             return []
         return [str(c) for c in children] if isinstance(children, list) else []
 

@@ -41,7 +41,7 @@ class Work:
     def parse(cls, value: bytes | str, config: Config | None = None) -> Work | None:
         try:
             raw = json.loads(value)
-        except ValueError:
+        except (ValueError, RecursionError):
             return None
         if not isinstance(raw, dict):
             return None
@@ -49,7 +49,7 @@ class Work:
         if isinstance(payload, str):
             try:
                 payload = json.loads(payload)
-            except ValueError:
+            except (ValueError, RecursionError):
                 payload = None
         return cls(queue=text(raw.get("queue")),
                    payload=payload if isinstance(payload, dict) else {},
