@@ -40,8 +40,9 @@ from wurk import metrics, middleware, profiler, settle
 from wurk.job import Registered, Registry, UnknownJobError
 from wurk.logging import get_logger
 from wurk.payload import PayloadError, loads_job
-from wurk.retry import RetryHandler, describe
+from wurk.retry import RetryHandler
 from wurk.settle import Settlement
+from wurk.threads import describe
 
 if TYPE_CHECKING:
     from wurk.config import Config
@@ -75,18 +76,14 @@ class Processor:
             # Fetched after a hard stop gave up waiting: hand it straight back.
             self._requeue_or_report(work)
             return
-        try:
-            entry = self.registry.find(job["class"])
-            failure = self._execute(job, work.queue, entry)
-            if failure is None:
-                self._succeeded(job, work, slot)
-            else:
-                self._failed(job, work, slot, failure, entry)
-        except BaseException as exc:  # noqa: BLE001 - a bug here must not end the thread
-            # The job's copy stays where it is (a private list gives it back at stop).
-            log.error("processor.error", queue=work.queue, error=describe(exc),
-                      payload=work.raw[:200].decode("utf-8", "replace"))
-        finally:
+        # Anything raised past here is a bug of ours, not the job's: the slot
+        # stays recorded, and the manager's guard gives its job back.
+        entry = self.registry.find(job["class"])
+        failure = self._execute(job, work.queue, entry)
+        if failure is None:
+            self._succeeded(job, work, slot)
+        else:
+            self._failed(job, work, slot, failure, entry)
             self.in_flight.finish(slot)
 
     def _execute(self, job: dict[str, Any], queue: str,
@@ -154,10 +151,8 @@ class Processor:
         if not self.in_flight.begin(slot, work, {}):
             self._requeue_or_report(work)
             return
-        try:
-            self._settle(work, slot, None, Settlement.dead(work.raw))
-        finally:
-            self.in_flight.finish(slot)
+        self._settle(work, slot, None, Settlement.dead(work.raw))
+        self.in_flight.finish(slot)
 
     def _settle(self, work: UnitOfWork, slot: str, jid: str | None,
                 settlement: Settlement) -> bool:

@@ -35,6 +35,7 @@ from wurk import keys
 from wurk.logging import get_logger
 from wurk.payload import dumps, now_stamp, score, to_seconds
 from wurk.settle import Settlement, write
+from wurk.threads import describe
 
 if TYPE_CHECKING:
     from wurk.config import Config
@@ -76,11 +77,6 @@ def exception_message(exc: BaseException) -> str:
     except BaseException:  # noqa: BLE001 - a broken __str__ must not stop the failure's record
         return UNREADABLE_MESSAGE
     return message.encode("utf-8", "replace").decode("utf-8")
-
-
-def describe(exc: BaseException) -> str:
-    """``Class: message`` for a log line, whatever the exception does."""
-    return f"{type(exc).__name__}: {exception_message(exc)}"
 
 
 class UnusableCountError(ValueError):

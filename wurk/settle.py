@@ -32,6 +32,7 @@ from wurk.logging import get_logger
 from wurk.lua import SETTLE
 from wurk.payload import score
 from wurk.redis_pool import backoff_delay
+from wurk.threads import describe
 
 if TYPE_CHECKING:
     from wurk.config import Config
@@ -84,7 +85,7 @@ def until_settled(config: Config, fetch: Fetch, work: UnitOfWork, settlement: Se
         except Exception as exc:  # noqa: BLE001 - Redis trouble: the job waits, it is not lost
             attempt += 1
             log.error("job.settle_failed", jid=jid, queue=work.queue, outcome=settlement.outcome,
-                      attempt=attempt, error=f"{type(exc).__name__}: {exc}")
+                      attempt=attempt, error=describe(exc))
         delay = backoff_delay(attempt, config.redis_retry_base, config.redis_retry_cap, rng)
         if abandoned(delay):
             log.warning("job.settle_abandoned", jid=jid, queue=work.queue)

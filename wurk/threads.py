@@ -42,8 +42,13 @@ STOP_POLL = 0.05
 
 
 def describe(exc: BaseException) -> str:
-    """An error as log lines carry it: its type and message."""
-    return f"{type(exc).__name__}: {exc}"
+    """An error as log lines carry it: its type and message. Never raises,
+    though an exception's ``__str__`` may (a log line must not become the crash)."""
+    try:
+        message = str(exc)
+    except BaseException:  # noqa: BLE001
+        message = "(its message raised an error)"
+    return f"{type(exc).__name__}: {message}"
 
 
 def _never() -> bool:
