@@ -27,6 +27,10 @@ Duties, in order, for each job:
    at-least-once contract allows), and stop retrying a settle once a hard
    stop abandons the job (its copy stays for the stop's release or the
    reaper).
+
+Nothing a job or Redis does makes ``process`` raise; anything that still
+does is a bug of ours, left to the manager's guard, which gives the job
+back (``Manager._give_back``).
 """
 
 from __future__ import annotations
