@@ -21,7 +21,17 @@ import redis
 from conftest import RedisServer, start_redis
 from faultproxy import FaultProxy
 from structlog.testing import capture_logs
-from test_reliable_fetch import Gate, payload, private_lists, proxy, quiet_background, rb, wip
+from test_reliable_fetch import (
+    Gate,
+    launch_gated,
+    payload,
+    private_lists,
+    proxy,
+    quiet_background,
+    rb,
+    reliable,
+    wip,
+)
 from waiting import wait_for
 
 from wurk import keys
@@ -188,6 +198,34 @@ def test_a_stop_abandons_a_failure_it_cannot_record_and_the_reaper_returns_it(
     assert sweep(config) == 1
     assert rb.lrange("queue:default", 0, -1) == [raw]
     assert failing.runs == ["stuck"]
+
+
+def test_a_malformed_payload_met_in_an_outage_reaches_dead_when_redis_returns(
+        r: redis.Redis, rb: redis.Redis, config: Config, define: Define, launch: Launch,
+        proxy: FaultProxy) -> None:
+    """Sending a malformed payload to dead during an outage raised out of the
+    processor and ended its thread; now it waits and retries like any failure."""
+    quiet_background(config, proxy)
+    config.redis_retry_attempts = 1
+    config.redis_retry_base, config.redis_retry_cap = 0.05, 0.2
+    gate, _, _, launcher = launch_gated(rb, define, launch, "running")
+    mine = wip(launcher.identity, "default")
+    assert gate.started.wait(3)
+    garbage = b'{"class": "X", "args": [NaN]}'
+    rb.lpush("queue:default", garbage)
+    assert reliable(launcher)._claim(1, []) == 1  # next in line for the busy thread
+    with capture_logs() as logs:
+        proxy.refuse()
+        proxy.half_close()
+        gate.release.set()
+        with contextlib.suppress(AssertionError):  # the old code did not retry
+            wait_for(lambda: sum(settle_attempts(logs).values()) >= 2, timeout=5)
+        proxy.heal()
+        wait_for(lambda: rb.zrange(keys.DEAD, 0, -1) == [garbage], timeout=5)
+    assert any(e["event"] == "job.malformed" for e in logs)
+    wait_for(lambda: not rb.exists(mine), timeout=5)  # the good job's ack went too
+    assert all(t.is_alive() for t in launcher.manager._threads)
+    assert not any(e["event"] in ("job.lost", "processor.error") for e in logs)
 
 
 # -- item 1b: data the retry handler cannot use as it stands ---------------------------------
