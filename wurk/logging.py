@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
 from collections.abc import MutableMapping
 from typing import Any
 
@@ -51,6 +52,11 @@ def _factory(*_args: Any) -> StderrLineLogger:
 # The level setup() installed; NOTSET until a wurk entry point calls it.
 _threshold = logging.NOTSET
 _entry_point = False
+# Fields every line of an entry point's process carries (pid; a swarm
+# child's slot and index), set again after each fork.
+_process_fields: dict[str, Any] = {}
+_thread_tags = threading.local()
+_BASE36 = "0123456789abcdefghijklmnopqrstuvwxyz"
 
 logging.getLogger("wurk").addHandler(logging.NullHandler())
 
@@ -63,11 +69,43 @@ def enabled(level: str) -> bool:
     return logging.getLogger("wurk").isEnabledFor(number)
 
 
+def tid() -> str:
+    """This thread's short id, as Sidekiq's ``tid``: base 36 of the native thread id
+    (the same string names the thread's field in the work hash)."""
+    tag: str | None = getattr(_thread_tags, "tag", None)
+    if tag is None:
+        tag = _thread_tags.tag = base36(threading.get_native_id())
+    return tag
+
+
+def base36(number: int) -> str:
+    out = ""
+    while True:
+        number, rem = divmod(number, 36)
+        out = _BASE36[rem] + out
+        if number == 0:
+            return out
+
+
+def bind_process(**fields: Any) -> None:
+    """Fields for every line this process writes from now on (entry points only)."""
+    _process_fields.update(fields)
+
+
+def _add_process_fields(_logger: Any, _method: str,
+                        event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    for key, value in _process_fields.items():
+        event.setdefault(key, value)
+    return event
+
+
 def setup(level: str = "info", fmt: str = "auto") -> None:
     """Configure this process's output (entry points only). Safe to call again after fork."""
     global _threshold, _entry_point  # noqa: PLW0603 - one logging level per process
     _threshold = logging.getLevelNamesMapping()[level.upper()]
     _entry_point = True
+    _process_fields.clear()
+    _process_fields["pid"] = os.getpid()
     use_json = fmt == "json" or (fmt == "auto" and not sys.stderr.isatty())
     renderer: Any = (
         structlog.processors.JSONRenderer()
@@ -77,6 +115,7 @@ def setup(level: str = "info", fmt: str = "auto") -> None:
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
+            _add_process_fields,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
@@ -89,11 +128,14 @@ def setup(level: str = "info", fmt: str = "auto") -> None:
     )
 
 
-def _as_message(_logger: Any, _method: str, event: MutableMapping[str, Any]) -> str:
-    """The last step for the standard logging module: one readable line."""
+def _as_message(_logger: Any, _method: str,
+                event: MutableMapping[str, Any]) -> tuple[tuple[str], dict[str, Any]]:
+    """The last step for the standard logging module: one readable line, and
+    the exception handed over as ``exc_info`` for the application's formatter."""
     name = event.pop("event", "")
+    exc_info = event.pop("exc_info", None)
     fields = " ".join(f"{key}={value!r}" for key, value in event.items())
-    return f"{name} {fields}" if fields else str(name)
+    return ((f"{name} {fields}" if fields else str(name),), {"exc_info": exc_info})
 
 
 class Logger:
@@ -107,7 +149,7 @@ class Logger:
         self._stdlib: Any = structlog.wrap_logger(
             logging.getLogger(name), wrapper_class=structlog.stdlib.BoundLogger,
             processors=[structlog.stdlib.filter_by_level, structlog.contextvars.merge_contextvars,
-                        structlog.processors.format_exc_info, _as_message],
+                        _as_message],
             cache_logger_on_first_use=False)
 
     def _target(self) -> Any:

@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from wurk import logging as wlog
 from wurk import threads
 from wurk.fetch import BasicFetch, Fetch, UnitOfWork
 from wurk.logging import get_logger
@@ -112,14 +113,14 @@ class InFlightTable:
     def busy(self) -> int:
         return len(self._slots)
 
-    def abandon_all(self) -> list[UnitOfWork]:
+    def abandon_all(self) -> list[Running]:
         with self._lock:
             self._closed = True
             running = [r for r in self._slots.values() if not r.abandoned]
             for r in running:
                 r.abandoned = True
         self._abandoning.set()
-        return [r.work for r in running]
+        return running
 
     def work_hash(self) -> dict[str, str]:
         """Field -> JSON as Sidekiq's Workers API reads it (payload as a string)."""
@@ -171,7 +172,7 @@ class Manager:
     def _work_loop(self) -> None:
         # Base 36 of the native thread id: unique in this process, short, and
         # the shape Sidekiq uses for its work-hash fields.
-        slot = _base36(threading.get_native_id())
+        slot = wlog.tid()
         try:
             while not self._quiet.is_set():
                 work = None
@@ -228,15 +229,16 @@ class Manager:
         self._drain_fetches()
         return requeued
 
-    def _requeue(self, leftovers: list[UnitOfWork]) -> int:
+    def _requeue(self, leftovers: list[Running]) -> int:
         if not leftovers:
             return 0
+        jids = [r.job.get("jid") for r in leftovers]
         try:
-            self.fetch.requeue(leftovers)
+            self.fetch.requeue([r.work for r in leftovers])
         except Exception as exc:  # noqa: BLE001
-            log.error("shutdown.requeue_failed", jobs=len(leftovers), error=repr(exc))
+            log.error("shutdown.requeue_failed", jobs=len(leftovers), jids=jids, error=repr(exc))
             return 0
-        log.warning("shutdown.requeued", jobs=len(leftovers))
+        log.warning("shutdown.requeued", jobs=len(leftovers), jids=jids)
         return len(leftovers)
 
     def _drain_fetches(self) -> None:
@@ -247,15 +249,6 @@ class Manager:
         running = self.in_flight.slots()
         limit = time.monotonic() + self.config.fetch_timeout + self.config.redis_read_timeout
         for thread in self._threads:
-            if thread.native_id is not None and _base36(thread.native_id) not in running:
+            if thread.native_id is not None and wlog.base36(thread.native_id) not in running:
                 thread.join(max(0.0, limit - time.monotonic()))
 
-
-def _base36(number: int) -> str:
-    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
-    out = ""
-    while True:
-        number, rem = divmod(number, 36)
-        out = digits[rem] + out
-        if number == 0:
-            return out

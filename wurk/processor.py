@@ -103,7 +103,7 @@ class Processor:
 
     def _run(self, job: dict[str, Any], queue: str,
              entry: Registered | None) -> BaseException | None:
-        context = {"jid": _jid(job), "class": job["class"], "queue": queue}
+        context = {"jid": _jid(job), "class": job["class"], "queue": queue, "tid": wlog.tid()}
         # Checked once per job: with info lines off, a job pays no logging at all.
         chatty = wlog.enabled("info")
         if chatty:
@@ -115,9 +115,11 @@ class Processor:
             perform = entry.factory(job)
             middleware.invoke(self.config.server_middleware, job, queue,
                               lambda: perform(*job["args"]))
-        except BaseException as exc:  # noqa: BLE001 - SystemExit too: a job's failure is data
+        except BaseException as exc:
+            # The traceback goes with the line: JSON's "exception" field, or
+            # a readable traceback on a terminal (or in the app's logging).
             log.warning("job.fail", elapsed=round(time.perf_counter() - started, 6),
-                        error=describe(exc), **context)
+                        error=describe(exc), exc_info=exc, **context)
             return exc
         if chatty:
             log.info("job.done", elapsed=round(time.perf_counter() - started, 6), **context)
