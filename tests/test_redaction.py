@@ -16,9 +16,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import structlog
 from conftest import RedisServer, free_port, start_redis
 
+from wurk import logging as wlog
+from wurk.config import Config
 from wurk.redaction import redact_text, redact_url, shown
+from wurk.redis_pool import SentinelSettings
 
 REPO = Path(__file__).resolve().parent.parent
 SECRET = "Pa55-word-xyzzy"
@@ -201,3 +205,29 @@ def test_admin_sentinel_password_stays_hidden(tmp_path: Path) -> None:
                    WURK_SENTINEL_PASSWORD=SECRET, REDIS_URL=f"redis://:{SECRET}@/0")
     status, out = run("wurk.cli", "stats", env=env, cwd=tmp_path)
     assert status == 1 and SECRET not in out, out
+
+
+def test_sentinel_settings_repr_hides_the_password() -> None:
+    config = Config(sentinels=["s1:26379"], sentinel_master="m", sentinel_password=SECRET)
+    settings = SentinelSettings.from_config(config)
+    assert settings is not None and settings.password == SECRET
+    assert SECRET not in repr(settings)
+
+
+def test_log_lines_never_carry_a_url_password(capfd: pytest.CaptureFixture[str]) -> None:
+    saved = structlog.get_config()
+    try:
+        wlog.setup("info", "json")
+        log = wlog.get_logger("test.redaction")
+        log.error("redis.down", url=f"redis://app:{SECRET}@h:6379/0",
+                  error=f"ConnectionError: while dialing rediss://:{SECRET}@h/0?db=1")
+        try:
+            raise ValueError(f"bad redis://:{SECRET}@h")
+        except ValueError:
+            log.exception("boot.crashed")
+    finally:
+        structlog.configure(**saved)
+    err = capfd.readouterr().err
+    assert SECRET not in err
+    assert "redis://app:***@h:6379/0" in err and "rediss://:***@h/0?db=1" in err
+    assert "bad redis://:***@h" in err

@@ -7,6 +7,10 @@ Lines go to stderr with one ``os.write`` each and no lock: a lock held by a
 logging thread at the moment another thread forks would stay held forever
 in the child. A single write of a line is not interleaved with other lines
 on a pipe for lines up to PIPE_BUF bytes.
+
+Every string value that holds a URL goes through
+:func:`wurk.redaction.redact_text` before it is rendered, exception text
+included: a log line never carries a URL's password.
 """
 
 from __future__ import annotations
@@ -14,9 +18,12 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import MutableMapping
 from typing import Any
 
 import structlog
+
+from wurk.redaction import redact_text
 
 
 class StderrLineLogger:
@@ -32,6 +39,15 @@ class StderrLineLogger:
             pass  # stderr closed: logging must never take the process down
 
     log = debug = info = warn = warning = error = critical = exception = fatal = msg
+
+
+def redact_urls(_logger: Any, _method: str,
+                event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """A structlog processor: mask the password of any URL in a string value."""
+    for key, value in event.items():
+        if isinstance(value, str) and "://" in value:
+            event[key] = redact_text(value)
+    return event
 
 
 def _factory(*_args: Any) -> StderrLineLogger:
@@ -64,6 +80,7 @@ def setup(level: str = "info", fmt: str = "auto") -> None:
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
+            redact_urls,
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(
