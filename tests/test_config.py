@@ -473,6 +473,8 @@ SECRET = "s3cr3t-Pw"
         ({"REDIS_URL": f":{SECRET}@localhost:6379"}, ":***@localhost:6379"),
         ({"WURK_REDIS_URL": f"unix://:{SECRET}@/"}, "unix://:***@/"),
         ({"WURK_METRICS_URL": f"tcp://u:{SECRET}@h:1"}, "tcp://u:***@h:1"),
+        ({"WURK_SENTINELS": f"u:{SECRET}@s1:26379", "WURK_SENTINEL_MASTER": "m"},
+         "u:***@s1:26379"),
     ],
 )
 def test_errors_never_show_a_password(env: dict[str, str], masked: str) -> None:

@@ -138,6 +138,14 @@ def test_wurk_run_against_a_wrong_password_or_no_server(tmp_path: Path,
         assert SECRET not in out, out
 
 
+def test_wurk_run_job_module_errors_hide_a_url_password(tmp_path: Path) -> None:
+    (tmp_path / "leaky_jobs.py").write_text(
+        f"raise RuntimeError('cannot reach redis://app:{SECRET}@cache:6379/0')\n")
+    status, out = run("wurk.cli", "run", "-r", "leaky_jobs",
+                      env=env_with(PYTHONPATH=f"{tmp_path}{os.pathsep}{REPO}"), cwd=tmp_path)
+    assert status == EX_CONFIG and SECRET not in out and "redis://app:***@cache" in out, out
+
+
 # -- wurk-swarm -----------------------------------------------------------------------
 
 def topology(tmp_path: Path, url: str, extra: str = "") -> Path:

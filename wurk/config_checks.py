@@ -6,7 +6,7 @@ Duties:
    (:mod:`wurk.limits`), a Redis URL that does not parse whole
    (:mod:`wurk.redis_url`), Sentinel settings that do not fit together, a
    metrics URL or health address that does not parse.
-2. Never quote a value: the caller quotes it through
+2. Quote no value unredacted: the caller quotes the setting through
    :func:`wurk.redaction.shown`, so reasons cannot carry a password.
 """
 
@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from wurk.limits import range_problems
+from wurk.redaction import redact_url
 from wurk.redis_url import MAX_PORT, RedisUrlError, parse_redis_url
 
 if TYPE_CHECKING:
@@ -41,7 +42,7 @@ def problems(config: Config) -> list[tuple[str, str]]:
     bad_address = next((a for a in config.sentinels if not _is_host_port(a)), None)
     if bad_address is not None:
         found.append(("sentinels", f"must be host:port entries with a port from 1 to "
-                                   f"{MAX_PORT} ({bad_address!r} is not)"))
+                                   f"{MAX_PORT} ({redact_url(bad_address)!r} is not)"))
     try:
         parse_redis_url(config.redis_url, host_required=not config.sentinels)
     except RedisUrlError as exc:

@@ -24,8 +24,8 @@ from typing import Any
 MASK = "***"
 # Keys whose value is a secret as a whole (sentinel_password, a typo of it...).
 _SECRET_KEY = re.compile(r"pass|secret|token|credential", re.IGNORECASE)
-# Keys whose value is a URL that may carry credentials.
-URL_KEYS = frozenset({"redis_url", "metrics_url"})
+# Keys whose value is a URL, or addresses, that may carry credentials.
+URL_KEYS = frozenset({"redis_url", "metrics_url", "sentinels"})
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 _URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://\S+")
 # ?password=..., &ssl_password=..., ;auth_token=... up to the next separator.
