@@ -10,7 +10,8 @@ Duties, in order:
 3. Import the slot's own ``require`` modules and prove Redis answers; a
    failure here exits with :data:`EX_BOOT` and a clear log line.
 4. Start the launcher, tell the parent we are ready (our identity on the
-   ready pipe), keep the process title current, and watch for orphaning.
+   ready pipe), keep the process title current, and watch for orphaning, on
+   two supervised threads (``wurk.threads``) that outlive any error.
 5. On TERM (or orphaning) drain within shutdown_timeout and leave with
    ``os._exit`` so nothing inherited from the parent runs at exit.
 """
@@ -24,16 +25,15 @@ import random
 import signal
 import socket
 import sys
-import threading
 import time
 import traceback
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, NoReturn
 
 import setproctitle
 
 from wurk import logging as wlog
-from wurk import metrics
+from wurk import metrics, threads
 from wurk.buffered import flush_push_buffers
 from wurk.cli import load_modules
 from wurk.client import Client
@@ -103,8 +103,10 @@ def _boot_and_work(slot: Slot, index: int, parent_pid: int, ready_fd: int,
                         extra_info={"slot": slot.name, "index": index, "swarm_pid": parent_pid})
     launcher.start()
     _send_ready(ready_fd, launcher.identity)
-    _start_daemon(_keep_title, launcher, slot.name, index)
-    _start_daemon(_orphan_guard, parent_pid, wakeup[1])
+    stopped = launcher.stopped.is_set
+    threads.start("title", lambda: _keep_title(launcher, slot.name, index), stopped=stopped)
+    threads.start("orphan-guard", lambda: _orphan_guard(parent_pid, wakeup[1], stopped),
+                  stopped=stopped)
     return _serve_signals(launcher, wakeup[0])
 
 
@@ -170,24 +172,32 @@ def _serve_signals(launcher: Launcher, reader: socket.socket) -> int:
                 dump_threads()
 
 
-def _start_daemon(target: object, *args: object) -> None:
-    threading.Thread(target=target, args=args, daemon=True,  # type: ignore[arg-type]
-                     name=f"wurk-{getattr(target, '__name__', 'aux').strip('_')}").start()
-
-
 def _keep_title(launcher: Launcher, slot_name: str, index: int) -> None:
     concurrency = launcher.config.concurrency
     while not launcher.stopped.is_set():
-        state = "quiet" if launcher.heartbeat.quiet else "busy"
-        busy = launcher.manager.in_flight.busy()
-        setproctitle.setproctitle(
-            f"wurk-swarm: child {slot_name}#{index} [{busy} of {concurrency} {state}]")
+        try:
+            state = "quiet" if launcher.heartbeat.quiet else "busy"
+            busy = launcher.manager.in_flight.busy()
+            setproctitle.setproctitle(
+                f"wurk-swarm: child {slot_name}#{index} [{busy} of {concurrency} {state}]")
+        except BaseException as exc:  # noqa: BLE001 - a stale title is better than none
+            log.error("child.title_failed", error=threads.describe(exc))
         launcher.stopped.wait(TITLE_REFRESH)
 
 
-def _orphan_guard(parent_pid: int, writer: socket.socket) -> None:
+def _orphan_guard(parent_pid: int, writer: socket.socket,
+                  stopped: Callable[[], bool] = lambda: False) -> None:
     """Backs up PDEATHSIG: a re-parented child notices within ORPHAN_POLL seconds."""
-    while os.getppid() == parent_pid:
+    while not stopped() and not _orphaned(parent_pid):
         time.sleep(ORPHAN_POLL)
-    log.warning("child.orphaned", parent_pid=parent_pid)
-    _poke(writer)
+    if not stopped():
+        log.warning("child.orphaned", parent_pid=parent_pid)
+        _poke(writer)
+
+
+def _orphaned(parent_pid: int) -> bool:
+    try:
+        return os.getppid() != parent_pid
+    except BaseException as exc:  # noqa: BLE001 - keep guarding; ask again next poll
+        log.error("child.orphan_check_failed", error=threads.describe(exc))
+        return False

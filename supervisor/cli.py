@@ -27,6 +27,7 @@ from supervisor.swarm import Swarm
 from supervisor.topology import Topology, TopologyError, load
 from wurk import logging as wlog
 from wurk.redaction import redact_text
+from wurk.version import __version__
 
 EX_CONFIG = 78
 
@@ -40,6 +41,7 @@ COMMANDS = {
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="wurk-swarm", description="Run a supervised swarm of wurk worker processes.")
+    parser.add_argument("--version", action="version", version=f"wurk-swarm (wurk {__version__})")
     parser.add_argument("-t", "--topology", required=True, help="the topology TOML file")
     parser.add_argument("--check", action="store_true",
                         help="validate the topology and exit (0 if valid, 78 if not)")

@@ -60,10 +60,15 @@ def reap_probe_clients() -> None:
         gc.collect()
 
 
-def start_redis(*extra: str, port: int | None = None) -> RedisServer:
+def redis_server_binary() -> str:
     binary = shutil.which("redis-server")
     if binary is None:
         pytest.fail("redis-server is not installed (apt-get install -y redis-server)")
+    return binary
+
+
+def start_redis(*extra: str, port: int | None = None) -> RedisServer:
+    binary = redis_server_binary()
     port = port or free_port()
     workdir = tempfile.mkdtemp(prefix="wurk-redis-")
     proc = subprocess.Popen(
@@ -156,3 +161,10 @@ def _no_stray_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
         if name.startswith("WURK_"):
             monkeypatch.delenv(name)
+
+
+@pytest.fixture(autouse=True)
+def _own_spool(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Each test (and every process it starts) spools into its own directory,
+    never into the user's ~/.local/state."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))

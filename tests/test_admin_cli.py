@@ -8,6 +8,7 @@ subprocess). Swarm-level control is in test_swarm_control.py.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -27,11 +28,12 @@ import structlog
 import test_cli
 from conftest import RedisServer, free_port
 from test_api_support import job_json, launched, recording_job, ruby_heartbeat
+from test_spool import make_entries
 from waiting import wait_for
 
 import wurk
 from supervisor.remote import RemoteControl, SwarmSnapshot
-from wurk import admin
+from wurk import admin, spool
 from wurk import logging as wlog
 from wurk.admin.output import duration, table, when
 from wurk.admin.registry import AdminCommand, Context, Registry
@@ -189,10 +191,11 @@ def test_processes_and_workers_show_a_running_job(cli: Cli, config: Config) -> N
         assert work["run_at"] == pytest.approx(time.time(), abs=10)
 
         processes = cli("processes").lines
-        assert columns(processes[0])[:5] == ["IDENTITY", "TAG", "QUEUES", "BUSY", "STATE"]
+        assert columns(processes[0])[:6] == ["IDENTITY", "TAG", "SLOT", "QUEUES", "BUSY",
+                                             "STATE"]
         row = columns(processes[1])
-        assert row[0] == launcher.identity and row[3] == f"1/{config.concurrency}"
-        assert row[4] == "running"
+        assert row[0] == launcher.identity and row[4] == f"1/{config.concurrency}"
+        assert row[5] == "running"
         workers = cli("workers").lines
         assert columns(workers[1])[:5] == [launcher.identity, work["thread"], "default",
                                            job.name, jid]
@@ -200,6 +203,16 @@ def test_processes_and_workers_show_a_running_job(cli: Cli, config: Config) -> N
         wait_for(lambda: runs)
     assert cli("workers").lines == ["no jobs running"]
     assert cli("processes", "--json").json == []
+
+
+def test_a_swarm_child_shows_its_tag_and_its_slot_apart(
+        cli: Cli, config: Config, launch_with: Callable[..., Any]) -> None:
+    tagged = dataclasses.replace(config, tag="reports")
+    child = launch_with(tagged, extra_info={"slot": "heavy", "index": 1, "swarm_pid": 1})
+    alone = launch_with(dataclasses.replace(config, tag=""))
+    rows = {columns(line)[0]: columns(line) for line in cli("processes").lines[1:]}
+    assert rows[child.identity][1:3] == ["reports", "heavy#1"]
+    assert rows[alone.identity][1:3] == ["-", "-"]
 
 
 def test_swarms_lists_live_swarms_and_prunes_expired_ones(cli: Cli, config: Config,
@@ -264,12 +277,12 @@ def test_retries_list_retry_delete_clear(cli: Cli, r: redis.Redis) -> None:
     assert queued(r)["a"]["retry_count"] == 1  # Sidekiq's retry decrements it
     assert sorted(json.loads(str(m))["jid"] for m in r.zrange("retry", 0, -1)) == ["b", "c"]
 
-    deleted = cli("retries", "delete", "b")
+    deleted = cli("retries", "delete", "b", "--yes")
     assert deleted.lines == ["deleted 1 job from the retry set: b"]
     assert "b" not in queued(r)
     assert r.zcard("retry") == 1
 
-    cleared = cli("retries", "clear", "--json")
+    cleared = cli("retries", "clear", "--yes", "--json")
     assert cleared.json == {"set": "retry", "action": "clear", "count": 1, "jids": None}
     assert r.zcard("retry") == 0
     assert cli("retries").lines == ["the retry set is empty"]
@@ -570,3 +583,57 @@ def test_signals_sent_by_name_expire(cli: Cli, r: redis.Redis) -> None:
     assert cli("stop", "wrk:6:ffffffffffff").code == 0
     assert r.lrange("wrk:6:ffffffffffff-signals", 0, -1) == ["TERM"]
     assert 0 < r.ttl("wrk:6:ffffffffffff-signals") <= 60
+
+
+# -- spool ----------------------------------------------------------------------------
+
+def spooled_file(url: str, count: int) -> tuple[Path, list[str]]:
+    """A spool file, as an exiting process writes it, for the Redis at ``url``."""
+    config = Config(redis_url=url)
+    entries = make_entries(count)
+    path = spool.write_spool(spool.spool_dir(config), spool.target_of(config), entries)
+    return path, [e.jid for e in entries]
+
+
+def test_spool_list_shows_files_counts_ages_and_jids(cli: Cli, redis_server: RedisServer) -> None:
+    path, jids = spooled_file(redis_server.url, 3)
+    bad = path.with_name(f"{time.time_ns():020d}-1-abcdef.spool")
+    bad.write_text("not json\n")
+    result = cli("spool", "--json")
+    assert result.code == 0, result.err
+    doc = result.json
+    assert doc["directory"] == str(path.parent)
+    assert doc["target"] == f"redis://127.0.0.1:{redis_server.port}/0"
+    first, second = doc["files"]
+    assert first["file"] == path.name and first["state"] == "waiting" and first["jobs"] == 3
+    assert first["jids"] == jids and 0 <= first["age"] < 60 and first["error"] is None
+    assert first["written_by"] == os.getpid() and first["target"] == doc["target"]
+    assert second["file"] == bad.name and second["error"] == "line 1: not JSON"
+    table_out = cli("spool").out
+    assert path.name in table_out and "waiting" in table_out
+
+
+def test_spool_push_pushes_now_and_reports_bad_files(
+        cli: Cli, redis_server: RedisServer, r: redis.Redis) -> None:
+    path, jids = spooled_file(redis_server.url, 4)
+    bad = path.with_name(f"{time.time_ns():020d}-1-abcdef.spool")
+    bad.write_text("[]\n")
+    result = cli("spool", "push", "--json")
+    assert result.code == 1 and bad.name in result.err
+    doc = result.json
+    assert doc["pushed"] == [{"file": path.name, "jobs": 4, "jids": jids}]
+    assert doc["bad"] == [{"file": f"{bad.name}.bad", "error": "line 1: not a JSON object"}]
+    assert [json.loads(raw)["jid"] for raw in reversed(r.lrange("queue:spooled", 0, -1))] == jids
+    assert cli("spool", "push", "--json").json["pushed"] == []  # once only
+
+
+def test_spool_discard_asks_unless_yes(cli: Cli, redis_server: RedisServer,
+                                       r: redis.Redis) -> None:
+    path, jids = spooled_file(redis_server.url, 2)
+    refused = cli("spool", "discard", "--all")
+    assert refused.code == 2 and "--yes" in refused.err and path.exists()
+    assert cli("spool", "discard", "nosuch.spool", "--yes").code == 1
+    result = cli("spool", "discard", path.name, "--yes", "--json")
+    assert result.code == 0, result.err
+    assert result.json["discarded"] == [{"file": path.name, "jobs": 2, "jids": jids}]
+    assert not path.exists() and r.llen("queue:spooled") == 0

@@ -113,3 +113,29 @@ def test_a_forked_child_starts_with_an_empty_buffer(own_redis: RedisServer) -> N
         assert len(queued_jids(restarted)) == 1
     finally:
         restarted.stop()
+
+
+def test_the_drainer_outlives_a_base_exception(own_redis: RedisServer,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    client = make_client(own_redis.url)
+    own_redis.stop()
+    during = [client.push({"class": "Echo", "args": [i]}) for i in range(3)]
+    assert client.buffer is not None and len(client.buffer) == 3
+    pipeline = client.pool.pipeline
+    calls: list[int] = []
+
+    def exits_once(*args: object, **kwargs: object) -> object:
+        calls.append(1)
+        if len(calls) == 1:
+            raise SystemExit("out of a library")
+        return pipeline(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(client.pool, "pipeline", exits_once)
+    restarted = start_redis(port=own_redis.port)
+    try:
+        # The push whose send raised may have landed, so it is reported and
+        # dropped; the drainer goes on with the rest without a new push.
+        assert client.buffer.flush(10)
+        assert queued_jids(restarted)[-2:] == during[1:]
+    finally:
+        restarted.stop()

@@ -282,7 +282,7 @@ def test_perform_async_on_a_job_class(config: Any, r: redis.Redis,
 def test_job_class_set_and_perform_in(config: Any, r: redis.Redis,
                                       cleanup: list[str]) -> None:
     class Later(wurk.Job, name="tests.Later", queue="low"):
-        def perform(self) -> None:
+        def perform(self, tag: str = "") -> None:
             pass
 
     cleanup.append("tests.Later")

@@ -239,3 +239,16 @@ def test_log_lines_never_carry_a_url_password(capfd: pytest.CaptureFixture[str])
     assert SECRET not in err
     assert "redis://app:***@h:6379/0" in err and "rediss://:***@h/0?db=1" in err
     assert "bad redis://:***@h" in err
+
+
+def test_library_log_lines_never_carry_a_url_password(tmp_path: Path) -> None:
+    # No wurk entry point: events go to the standard logging module.
+    script = ("import logging; logging.basicConfig(level=logging.INFO)\n"
+              "from wurk.logging import get_logger\n"
+              f"get_logger('wurk.test').error('redis.down', url='redis://:{SECRET}@h/0')\n")
+    proc = subprocess.run([sys.executable, "-c", script], env=env_with(), cwd=tmp_path,
+                          capture_output=True, text=True, timeout=30, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "redis.down" in proc.stderr and "redis://:***@h/0" in proc.stderr
+    assert SECRET not in proc.stderr + proc.stdout
+

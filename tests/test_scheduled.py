@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import threading
@@ -12,9 +13,13 @@ from typing import Any
 
 import pytest
 import redis
+from conftest import RedisServer
+from faultproxy import FaultProxy
+from structlog.testing import capture_logs
 from waiting import wait_for
 
 import wurk
+from wurk import scheduled
 from wurk.config import Config
 from wurk.job import registry
 from wurk.launcher import Launcher
@@ -269,3 +274,96 @@ def test_racing_reliable_pollers_push_each_job_once(r: redis.Redis, config: Conf
     jids = [j["jid"] for j in queue_jobs(r, "mail")]
     assert sorted(jids) == sorted(j["jid"] for j in jobs)
     assert r.zcard("schedule") == 0
+
+
+# -- nothing stops the scheduler -----------------------------------------------------------
+
+def deeply_nested(depth: int = 100_000) -> str:
+    """A member that decodes to a RecursionError, not a PayloadError."""
+    return '{"class":"X","args":' + "[" * depth + "]" * depth + "}"
+
+
+def test_a_deeply_nested_member_goes_to_dead_and_the_rest_move(r: redis.Redis,
+                                                               config: Config) -> None:
+    now = time.time()
+    bad = deeply_nested()
+    r.zadd("retry", {bad: now - 60})  # the oldest: first in line
+    good = [stored() for _ in range(3)]
+    for job in good:
+        zadd_job(r, "retry", job, now - 5)
+    later = stored()
+    zadd_job(r, "schedule", later, now - 1)
+    assert Poller(config).enqueue_due() == 4
+    assert r.zrange("dead", 0, -1) == [bad]
+    assert r.zcard("retry") == 0 and r.zcard("schedule") == 0
+    assert sorted(j["jid"] for j in queue_jobs(r, "default")) == sorted(
+        j["jid"] for j in [*good, later])
+
+
+def test_a_member_whose_handling_raises_anything_goes_to_dead(
+        r: redis.Redis, config: Config, monkeypatch: pytest.MonkeyPatch) -> None:
+    now = time.time()
+    bad, good = stored(queue="poison"), stored()
+    bad_raw = zadd_job(r, "schedule", bad, now - 10)
+    zadd_job(r, "schedule", good, now - 5)
+    poller = Poller(config)
+    normalise = poller.client.normalise
+
+    def exits_on_poison(item: Any, at: float) -> Any:
+        if item.get("queue") == "poison":
+            raise SystemExit("out of a library")
+        return normalise(item, at)
+
+    monkeypatch.setattr(poller.client, "normalise", exits_on_poison)
+    assert poller.enqueue_due() == 1
+    assert r.zrange("dead", 0, -1) == [bad_raw]
+    assert [j["jid"] for j in queue_jobs(r, "default")] == [good["jid"]]
+
+
+def test_the_scheduler_survives_an_outage_in_its_interval_read(
+        redis_server: RedisServer, r: redis.Redis, config: Config,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    proxy = FaultProxy(redis_server.port)
+    own = dataclasses.replace(config, redis_url=proxy.url, poll_interval_average=None,
+                              average_scheduled_poll_interval=0.1, redis_retry_attempts=1,
+                              redis_connect_timeout=0.3)
+    monkeypatch.setattr(scheduled, "INITIAL_WAIT", 0.0)
+    poller = Poller(own, rng=FixedRng(0.0))
+    proxy.refuse()  # Redis away before the first cycle: the sweep and SCARD both fail
+    try:
+        with capture_logs() as logs:
+            poller.start()
+            wait_for(lambda: sum(e["event"] == "scheduler.interval_failed" for e in logs) >= 2,
+                     what="two cycles through the outage")
+        assert poller._thread is not None and poller._thread.is_alive()
+        proxy.heal()
+        job = stored()
+        zadd_job(r, "schedule", job, time.time() - 1)
+        wait_for(lambda: r.llen("queue:default") == 1, what="the due job moved after the outage")
+        assert [j["jid"] for j in queue_jobs(r, "default")] == [job["jid"]]
+    finally:
+        poller.stop()
+        own.reset_pool()
+        proxy.close()
+
+
+def test_the_scheduler_thread_outlives_a_base_exception_in_a_cycle(
+        r: redis.Redis, config: Config, monkeypatch: pytest.MonkeyPatch) -> None:
+    poller = Poller(config)
+    enqueue_due = poller.enqueue_due
+    calls: list[int] = []
+
+    def exits_once(now: float | None = None) -> int:
+        calls.append(1)
+        if len(calls) == 1:
+            raise SystemExit("out of a library")
+        return enqueue_due(now)
+
+    monkeypatch.setattr(poller, "enqueue_due", exits_once)
+    poller.start()
+    try:
+        wait_for(lambda: len(calls) >= 2, what="a cycle after the SystemExit")
+        zadd_job(r, "schedule", stored(), time.time() - 1)
+        wait_for(lambda: r.llen("queue:default") == 1, what="the due job moved")
+    finally:
+        poller.stop()

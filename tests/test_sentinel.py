@@ -1,6 +1,7 @@
 """Redis Sentinel end to end: a real failover under load loses no job.
 
-On loopback: one primary, one replica and three redis-sentinel processes.
+On loopback: one primary, one replica and three sentinels (``redis-server --sentinel``,
+so the suite needs no package beyond redis-server).
 Both servers run with ``min-replicas-to-write 1`` (the documented wurk
 recommendation), so a primary that has lost its replica -- the demoted one
 before Sentinel reconfigures it, and the promoted one before its new replica
@@ -39,7 +40,7 @@ from typing import Any
 import pytest
 import redis
 import waiting
-from conftest import RedisServer, free_port, reap_probe_clients, start_redis
+from conftest import RedisServer, free_port, reap_probe_clients, redis_server_binary, start_redis
 from pushing import Pusher
 
 import wurk
@@ -140,8 +141,8 @@ def cluster(tmp_path: Path) -> Iterator[SentinelCluster]:
                 f"sentinel failover-timeout {MASTER} 5000\n", encoding="utf-8")
             with (tmp_path / f"sentinel-{port}.log").open("wb") as log:
                 found.sentinel_procs.append(subprocess.Popen(
-                    ["redis-sentinel", str(conf)], stdin=subprocess.DEVNULL, stdout=log,
-                    stderr=log, cwd=tmp_path))
+                    [redis_server_binary(), str(conf), "--sentinel"],
+                    stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd=tmp_path))
         wait_for(lambda: info_replication(primary.port).get("connected_slaves") == 1
                  and info_replication(replica.port).get("master_link_status") == "up",
                  10, "replica in sync")

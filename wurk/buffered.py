@@ -6,14 +6,17 @@ Duties:
    raising; once anything waits, later pushes queue behind it so order holds.
 2. A full buffer is an error the caller sees (:class:`PushBufferFullError`),
    never a silent drop.
-3. A drainer thread sends the buffer, oldest first, when Redis returns. A
+3. A drainer thread (under :mod:`wurk.threads`; no error ends it) sends
+   the buffer, oldest first, when Redis returns. A
    push whose outcome is unknown (the connection broke after sending) may
    have landed, so it is never sent again: it is reported and dropped.
    A replayable push (replica-confirmed, see wurk.confirmed) is the
    exception: it is kept and sent again until replicas confirm it, for at
    most half its markers' lifetime after it may first have landed.
-4. At process exit, try one last flush within ``push_flush_timeout`` and log
-   the jids that could not be sent.
+4. At process exit, try one last flush within ``push_flush_timeout``; then
+   stop the drainer (letting a send in flight finish) and write what is
+   left to the spool (:mod:`wurk.spool`), fsynced, logged at ERROR with the
+   count and the file; only if that fails too are the jids logged as lost.
 5. A forked child starts with an empty buffer, no drainer and fresh locks:
    the parent still owns and sends what it buffered.
 """
@@ -29,10 +32,11 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from wurk import keys
-from wurk.confirmed import PushNotConfirmedError
+from wurk import keys, threads
+from wurk.confirmed import ConfirmedPush, PushNotConfirmedError
 from wurk.logging import get_logger
 from wurk.redis_pool import ErrorKind, PoolExhausted, RedisPool, classify
+from wurk.spool import Destination, SpoolEntry, write_spool
 
 log = get_logger("wurk.push")
 DRAIN_PAUSE_MIN = 0.1
@@ -57,6 +61,8 @@ class PendingPush:
     # When a send first failed in a way that may have written it; a push
     # that never reached Redis is kept for as long as it takes.
     maybe_landed: float | None = None
+    # The jobs and the nonce to spool it with at exit; None: cannot be spooled.
+    content: ConfirmedPush | None = None
 
     def worth_keeping(self, exc: BaseException) -> bool:
         """Whether a failed send may be tried again later (and note when it may have landed)."""
@@ -81,10 +87,17 @@ def unapplied(exc: BaseException) -> bool:
 
 
 class PushBuffer:
-    def __init__(self, pool: RedisPool, capacity: int, flush_timeout: float) -> None:
+    def __init__(self, pool: RedisPool, capacity: int, flush_timeout: float, *,
+                 spool: Destination | None = None, send_timeout: float = 5.0) -> None:
         self.pool = pool
         self.capacity = capacity
         self.flush_timeout = flush_timeout
+        self.spool = spool
+        # How long one send can take: at exit, a send in flight is waited for.
+        self.send_timeout = send_timeout
+        # The process that owns what it buffers: set here, not at import, or
+        # a buffer made in a forked child would think it the parent's.
+        self._pid = os.getpid()
         self._reset()
         _live_buffers.add(self)
 
@@ -94,6 +107,9 @@ class PushBuffer:
         self._lock = threading.Lock()
         self._drained = threading.Condition(self._lock)
         self._drainer: threading.Thread | None = None
+        # Set at exit: the drainer stops, what is left goes to the spool.
+        self._closed = False
+        self._sending = False
 
     def __len__(self) -> int:
         return self._jobs
@@ -106,7 +122,8 @@ class PushBuffer:
         try:
             push.send(1)
         except Exception as exc:
-            if not push.worth_keeping(exc):
+            # Once the exit path spooled the buffer, nothing would send a kept push.
+            if self._closed or not push.worth_keeping(exc):
                 raise
             with self._lock:
                 self._keep(push)
@@ -122,30 +139,39 @@ class PushBuffer:
         self._pending.append(push)
         self._jobs += len(push.jids)
         if self._drainer is None or not self._drainer.is_alive():
-            self._drainer = threading.Thread(target=self._drain, name="wurk-push-drainer",
-                                             daemon=True)
-            self._drainer.start()
+            self._drainer = threads.start("push-drainer", self._drain)
 
     def _drain(self) -> None:
         pause = DRAIN_PAUSE_MIN
-        while True:
-            with self._lock:
-                if not self._pending:
-                    self._drained.notify_all()
-                    return
-                push = self._pending[0]
+        while (push := self._next()) is not None:
             try:
                 push.send(1)
-            except Exception as exc:  # noqa: BLE001 - the drainer outlives any one failure
+            except BaseException as exc:  # noqa: BLE001 - the drainer outlives any one failure
                 if push.worth_keeping(exc):
+                    self._settle(push, done=False)
                     time.sleep(pause)
                     pause = min(DRAIN_PAUSE_MAX, pause * 2)
                     continue
                 self._report_dropped(push, exc)
             pause = DRAIN_PAUSE_MIN
-            with self._lock:
+            self._settle(push, done=True)
+
+    def _next(self) -> PendingPush | None:
+        with self._lock:
+            if not self._pending or self._closed:
+                self._drained.notify_all()
+                return None
+            self._sending = True
+            return self._pending[0]
+
+    def _settle(self, push: PendingPush, *, done: bool) -> None:
+        with self._lock:
+            self._sending = False
+            # The exit path may have spooled it (and emptied the deque) meanwhile.
+            if done and self._pending and self._pending[0] is push:
                 self._pending.popleft()
                 self._jobs -= len(push.jids)
+            self._drained.notify_all()
 
     def _report_dropped(self, push: PendingPush, exc: BaseException) -> None:
         if isinstance(exc, PushNotConfirmedError):
@@ -173,15 +199,52 @@ class PushBuffer:
         if self._pid != os.getpid() or not self._pending:
             return
         if not self.flush():
-            jids = [jid for push in list(self._pending) for jid in push.jids]
-            log.error("push.unflushed", jobs=len(jids), jids=jids,
-                      hint="Redis stayed unreachable until the process exited")
+            self._spool(self._close())
 
-    _pid = os.getpid()
+    def _close(self) -> list[PendingPush]:
+        """Stop the drainer, wait out a send in flight, and take what is left."""
+        deadline = time.monotonic() + self.send_timeout
+        with self._lock:
+            self._closed = True
+            while self._sending and time.monotonic() < deadline:
+                self._drained.wait(0.05)
+            if self._sending:
+                log.warning("push.still_sending", jids=list(self._pending[0].jids),
+                            hint="spooled too; its nonce makes a resend of a "
+                                 "confirmed push a no-op, a plain one may land twice")
+            left = list(self._pending)
+            self._pending.clear()
+            self._jobs = 0
+        return left
+
+    def _spool(self, left: list[PendingPush]) -> None:
+        spoolable = [push for push in left if push.content is not None]
+        jids = [jid for push in spoolable for jid in push.jids]
+        lost = [jid for push in left if push.content is None for jid in push.jids]
+        if self.spool is not None and spoolable:
+            try:
+                path = write_spool(self.spool.directory, self.spool.target,
+                                   spool_entries(spoolable))
+                log.error("push.spooled", jobs=len(jids), path=str(path), jids=jids,
+                          hint="Redis stayed unreachable until exit; a wurk process "
+                               "with this spool_dir pushes them, or `wurk spool push`")
+                jids = []
+            except OSError as exc:
+                log.error("push.spool_failed", path=str(self.spool.directory),
+                          error=f"{type(exc).__name__}: {exc}")
+        if jids or lost:
+            log.error("push.unflushed", jobs=len(jids) + len(lost), jids=jids + lost,
+                      hint="Redis stayed unreachable until the process exited; "
+                           "these jobs are lost")
 
     def after_fork_in_child(self) -> None:
         self._reset()
         self._pid = os.getpid()
+
+
+def spool_entries(pushes: list[PendingPush]) -> list[SpoolEntry]:
+    return [SpoolEntry(push.content.nonce, job.jid, job.queue, job.run_at, job.raw)
+            for push in pushes if push.content is not None for job in push.content.jobs]
 
 
 _live_buffers: weakref.WeakSet[PushBuffer] = weakref.WeakSet()
@@ -193,7 +256,7 @@ def _reset_after_fork() -> None:
 
 
 def flush_push_buffers() -> None:
-    """Try to send every buffer's pushes (within each one's flush timeout); log the rest.
+    """Try to send every buffer's pushes (within each one's flush timeout); spool the rest.
 
     Runs at interpreter exit; a process that leaves with ``os._exit`` (a
     swarm child) calls it itself.

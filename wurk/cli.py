@@ -32,6 +32,7 @@ from wurk import logging as wlog
 from wurk.config import Config, ConfigError, configure
 from wurk.launcher import Launcher, dump_threads
 from wurk.redaction import redact_text
+from wurk.version import __version__
 
 EX_USAGE = 64
 EX_SOFTWARE = 70
@@ -42,6 +43,7 @@ HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGTSTP, signal.SIGTTIN
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="wurk", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"wurk {__version__}")
     admin.add_global_options(parser)
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a worker process")

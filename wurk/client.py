@@ -4,12 +4,16 @@ Duties:
 1. ``push`` one job and ``push_bulk`` many (one pipelined round trip per
    thousand), immediate or scheduled, with payloads exactly as the spec
    describes (jid, class, args, queue, retry, created_at, enqueued_at).
-2. Refuse non-JSON arguments before anything reaches Redis.
+2. Refuse non-JSON arguments before anything reaches Redis, and in
+   ``push_bulk`` arguments that do not fit a job this process defines.
 3. Declare apply-safety: an immediate push (SADD + LPUSH) is never replayed
    after a round trip may have landed; a scheduled push (ZADD of one exact
    member) is idempotent and may be.
 4. With ``push_replicas``, write through :mod:`wurk.confirmed` instead: each
    push waits for that many replicas and is safe to send again.
+5. Give every buffered push its jobs and a nonce, so the exit path can
+   spool it; at start, push in the background what earlier processes left
+   in the spool (:mod:`wurk.spool_drain`), unless told not to.
 """
 
 from __future__ import annotations
@@ -19,11 +23,13 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from wurk import keys
+from wurk import keys, signatures
 from wurk.buffered import PendingPush, PushBuffer
 from wurk.config import Config, default_config
 from wurk.confirmed import ConfirmedPush, ConfirmedWriter, PushNotConfirmedError, QueuedJob
 from wurk.payload import check_args, dumps, new_jid, now_stamp, score
+from wurk.spool import Destination
+from wurk.spool_drain import drain_at_start
 
 if TYPE_CHECKING:
     from wurk.job import JobOptions
@@ -36,16 +42,24 @@ BULK_BATCH = 1000
 
 class Client:
     def __init__(self, config: Config | None = None, *, pool: RedisPool | None = None,
-                 buffered: bool | None = None) -> None:
+                 buffered: bool | None = None, drain_spool: bool = True) -> None:
         self.config = config or default_config()
         self._pool = pool
         use_buffer = self.config.reliable_push if buffered is None else buffered
-        self.buffer = (PushBuffer(self.pool, self.config.push_buffer_size,
-                                  self.config.push_flush_timeout) if use_buffer else None)
+        self.buffer = self._buffer() if use_buffer else None
         replicas = self.config.replicas_to_confirm
         self.confirmed = (ConfirmedWriter(replicas, self.config.push_replicas_timeout,
                                           self.config.redis_read_timeout)
                           if replicas else None)
+        if drain_spool:
+            drain_at_start(self.config, self.pool)
+
+    def _buffer(self) -> PushBuffer:
+        c = self.config
+        # One send: a dial, a reply, and the replicas' confirmation.
+        send_timeout = c.redis_connect_timeout + c.redis_read_timeout + c.push_replicas_timeout
+        return PushBuffer(self.pool, c.push_buffer_size, c.push_flush_timeout,
+                          spool=Destination.of(c), send_timeout=send_timeout)
 
     @property
     def pool(self) -> RedisPool:
@@ -95,8 +109,10 @@ class Client:
         if isinstance(ats, list) and len(ats) != len(all_args):
             raise ValueError("push_bulk 'at' list must have one time per job")
         # Check every job before writing any, so a bad one pushes nothing.
+        name = str(item.get("class"))
         for i, args in enumerate(all_args):
             check_args(args, f"args[{i}]")
+            signatures.check(name, args, f" in args[{i}]")
         now = time.time()
         created = now_stamp(self.config.timestamps, now)
         jids: list[str] = []
@@ -154,13 +170,14 @@ class Client:
         if self.confirmed is not None:
             self._write_confirmed(self.confirmed, batch)
             return
+        content = _as_push(batch)
         immediate: dict[str, list[str]] = {}
         scheduled: list[str] = []
-        for payload, run_at in batch:
-            if run_at is None:
-                immediate.setdefault(payload["queue"], []).append(dumps(payload))
+        for job in content.jobs:
+            if job.run_at is None:
+                immediate.setdefault(job.queue, []).append(job.raw)
             else:
-                scheduled.extend((score(run_at), dumps(payload)))
+                scheduled.extend((score(job.run_at), job.raw))
         commands: list[tuple[Any, ...]] = []
         if immediate:
             commands.append(("SADD", keys.QUEUES, *immediate))
@@ -172,21 +189,20 @@ class Client:
         if self.buffer is None:
             self.pool.pipeline(commands, idempotent=idempotent)
         else:
-            jids = tuple(str(p["jid"]) for p, _ in batch)
             self.buffer.send(PendingPush(
                 lambda attempts: self.pool.pipeline(commands, idempotent=idempotent,
-                                                    attempts=attempts), jids))
+                                                    attempts=attempts), content.jids,
+                content=content))
 
     def _write_confirmed(self, writer: ConfirmedWriter,
                          batch: Sequence[tuple[dict[str, Any], float | None]]) -> None:
-        push = ConfirmedPush(tuple(QueuedJob(str(p["jid"]), p["queue"], dumps(p), run_at)
-                                   for p, run_at in batch))
+        push = _as_push(batch)
         if self.buffer is not None:
             # An unconfirmed push waits in the buffer, which sends it again
             # (a no-op where it already landed) until replicas confirm it.
             self.buffer.send(PendingPush(
                 lambda attempts: writer.write(self.pool, push, attempts=attempts),
-                push.jids, replayable=True))
+                push.jids, replayable=True, content=push))
             return
         tries = self.config.redis_retry_attempts
         for attempt in range(1, tries + 1):
@@ -201,6 +217,11 @@ class Client:
     def push_raw(self, queue: str, raw: str | bytes) -> None:
         """Put an already-serialised payload back on its queue, oldest end first."""
         self.pool.pipeline([("SADD", keys.QUEUES, queue), ("RPUSH", keys.queue(queue), raw)])
+
+
+def _as_push(batch: Sequence[tuple[dict[str, Any], float | None]]) -> ConfirmedPush:
+    return ConfirmedPush(tuple(QueuedJob(str(p["jid"]), p["queue"], dumps(p), run_at)
+                               for p, run_at in batch))
 
 
 def _forget_default_after_fork() -> None:

@@ -89,6 +89,11 @@ class Config:
     # without.
     push_replicas: int | None = None
     push_replicas_timeout: float = 1.0
+    # Where a process leaves, at exit, the pushes it could not send (see
+    # wurk.spool); unset: $XDG_STATE_HOME/wurk/spool or ~/.local/state/wurk/spool.
+    spool_dir: str | None = None
+    # How often wurk run and swarm children push what the spool holds.
+    spool_interval: float = 10.0
     # Move due scheduled/retry jobs inside one Lua script (no pop-then-push
     # window); false keeps Sidekiq's classic pop-one-then-push poller.
     reliable_scheduler: bool = True
@@ -244,6 +249,8 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "push_flush_timeout": (int, float),
     "push_replicas": (int, type(None)),
     "push_replicas_timeout": (int, float),
+    "spool_dir": (str, type(None)),
+    "spool_interval": (int, float),
     "reaper_interval": (int, float),
     "max_recoveries": (int,),
     "redis_pool_size": (int, type(None)),

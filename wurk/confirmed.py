@@ -14,7 +14,8 @@ Duties:
 1. Write a push (one job or a batch, immediate or scheduled) once, then WAIT.
 2. Raise :class:`PushNotConfirmedError` when too few replicas confirm.
 3. Retire the markers of confirmed pushes on a later write; their TTL
-   (``keys.PUSHED_TTL``) retires the rest.
+   (``keys.PUSHED_TTL``) retires the rest (all of them for the spool
+   drainer's writer, which must be able to replay a file after a crash).
 """
 
 from __future__ import annotations
@@ -91,10 +92,14 @@ class ConfirmedPush:
 
 
 class ConfirmedWriter:
-    def __init__(self, replicas: int, timeout: float, read_timeout: float) -> None:
+    def __init__(self, replicas: int, timeout: float, read_timeout: float, *,
+                 retire: bool = True) -> None:
         self.replicas = replicas
         self.timeout = timeout
         self._read_timeout = read_timeout
+        # False leaves every marker to its TTL (the spool drainer: a crash
+        # before its file is deleted must find them, to replay as a no-op).
+        self._retires = retire
         self._lock = threading.Lock()
         # (jid, nonce) of confirmed pushes whose markers can go.
         self._retire: list[tuple[str, str]] = []
@@ -144,9 +149,10 @@ class ConfirmedWriter:
             # markers must live on, to guard its resend.
             raise PushNotConfirmedError(push, confirmed, self.replicas, self.timeout,
                                         lambda: self.write(pool, push))
-        with self._lock:
-            self._retire.extend((jid, push.nonce) for jid in push.jids)
-            del self._retire[:-RETIRE_BACKLOG]
+        if self._retires:
+            with self._lock:
+                self._retire.extend((jid, push.nonce) for jid in push.jids)
+                del self._retire[:-RETIRE_BACKLOG]
         return pushed
 
     def _take_retire(self) -> list[tuple[str, str]]:

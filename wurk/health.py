@@ -6,8 +6,10 @@ Duties:
 2. Answer, with JSON bodies, over HTTP/1.0 on a daemon thread of the stdlib
    HTTP server:
    - ``GET /live``: 200 while the heartbeat's last successful beat is at
-     most :data:`STALE_BEATS` intervals old, else 503 (the rule
-     ``wurk-swarm --probe`` applies to beats in Redis);
+     most :data:`STALE_BEATS` intervals old (the rule ``wurk-swarm --probe``
+     applies to beats in Redis) and no supervised thread (``wurk.threads``)
+     is down; else 503, naming the dead threads' roles. The body always
+     reports the thread deaths and replacements so far;
    - ``GET /ready``: 200 when the process is not quiet and Redis answers
      PING (one attempt, no backoff), else 503;
    - ``GET /metrics``: the Prometheus text of ``wurk.metrics`` when
@@ -34,7 +36,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any, cast
 
-from wurk import metrics
+from wurk import metrics, threads
 from wurk.logging import get_logger
 
 if TYPE_CHECKING:
@@ -77,21 +79,25 @@ class HealthChecks:
 
     def __init__(self, config: Config, *, last_beat: Callable[[], float | None],
                  quiet: Callable[[], bool], identity: str = "",
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 thread_report: Callable[[], dict[str, Any]] = threads.report) -> None:
         self.config = config
         self.last_beat = last_beat
         self.quiet = quiet
         self.identity = identity
         self.clock = clock
+        self.thread_report = thread_report
 
     def live(self) -> tuple[int, dict[str, Any]]:
         beat = self.last_beat()
         limit = STALE_BEATS * self.config.heartbeat_interval
         age = None if beat is None else round(self.clock() - beat, 3)
-        ok = age is not None and age <= limit
-        return (200 if ok else 503), {"status": "live" if ok else "stale",
-                                      "identity": self.identity, "beat_age": age,
-                                      "limit": limit}
+        report = self.thread_report()
+        status = ("stale" if age is None or age > limit
+                  else "thread_dead" if report["dead"] else "live")
+        return (200 if status == "live" else 503), {
+            "status": status, "identity": self.identity, "beat_age": age, "limit": limit,
+            "threads": report}
 
     def ready(self) -> tuple[int, dict[str, Any]]:
         body: dict[str, Any] = {"identity": self.identity}
@@ -133,7 +139,7 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             try:
                 status, kind, body = route()
-            except Exception as exc:  # noqa: BLE001 - a probe answers, it never hangs up
+            except BaseException as exc:  # noqa: BLE001 - a probe answers, it never hangs up
                 status, kind, body = _json(500, {"error": f"{type(exc).__name__}: {exc}"})
         self.send_response(status)
         self.send_header("Content-Type", kind)
@@ -181,7 +187,7 @@ class HealthServer:
             if exc.errno != errno.EADDRINUSE or self.address[1] == 0:
                 raise
             log.warning("health.port_busy", host=self.address[0], port=self.address[1])
-            threading.Thread(target=self._rebind, name="wurk-health-bind", daemon=True).start()
+            threads.start("health-bind", self._rebind, stopped=self._stopped.is_set)
         return self.port
 
     def _bind(self) -> None:
@@ -193,8 +199,8 @@ class HealthServer:
                 server.server_close()
                 return
             self._server = server
-        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2},
-                         name="wurk-health", daemon=True).start()
+        threads.start("health", lambda: server.serve_forever(poll_interval=0.2),
+                      stopped=self._stopped.is_set)
         log.info("health.listening", host=host, port=self.port, paths=sorted(self.routes))
 
     def _rebind(self) -> None:

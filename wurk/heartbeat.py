@@ -12,6 +12,9 @@ Duties, every ``heartbeat_interval`` seconds (and once at start):
    gauges) and note the beat's time in ``last_beat`` (the health probe).
 5. At stop: flush the last counts, leave ``processes`` and delete the work
    hashes, letting the identity hash expire on its own as Sidekiq does.
+
+A beat that raises anything is logged (``heartbeat.error``) and tried again
+an interval later; the thread runs under :mod:`wurk.threads`.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import psutil
 
-from wurk import keys
+from wurk import keys, threads
 from wurk.buffered import unapplied
 from wurk.logging import get_logger
 from wurk.payload import dumps
@@ -102,14 +105,13 @@ class Heartbeat:
 
     def start(self) -> None:
         self.beat()
-        self._thread = threading.Thread(target=self._loop, name="wurk-heartbeat", daemon=True)
-        self._thread.start()
+        self._thread = threads.start("heartbeat", self._loop, stopped=self._done.is_set)
 
     def _loop(self) -> None:
         while not self._done.wait(self.config.heartbeat_interval):
             try:
                 self.beat()
-            except Exception as exc:  # noqa: BLE001 - a missed beat is retried next time
+            except BaseException as exc:  # noqa: BLE001 - a missed beat is retried next time
                 log.error("heartbeat.error", error=f"{type(exc).__name__}: {exc}")
 
     def beat(self) -> None:

@@ -7,17 +7,22 @@ Duties:
 2. Carry per-job options (queue, retry, backtrace, dead, retry_queue, tags,
    profile, retry_in, retries_exhausted) into the payload at push time.
 3. Give every job the enqueue verbs: ``perform_async``, ``perform_in``,
-   ``perform_at`` and ``set(...)`` for one-off option overrides.
+   ``perform_at``, ``perform_bulk`` and ``set(...)`` for one-off option
+   overrides; each checks its arguments against the job's signature
+   (``wurk.signatures``) before anything reaches Redis.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Any, ClassVar, Generic, ParamSpec, TypeVar, overload
 
+from wurk import signatures
 from wurk.client import Client
+from wurk.payload import ArgumentError
 from wurk.profiler import DEFAULT_TOKEN
 
 P = ParamSpec("P")
@@ -103,6 +108,8 @@ class Registered:
     # Where it was defined ("module.qualname"): re-registering the same
     # definition (a module imported twice) is fine, a different one is not.
     origin: str = ""
+    # The argument counts a push is checked against (None: not checked).
+    arity: signatures.Arity | None = None
 
 
 class Registry:
@@ -121,6 +128,7 @@ class Registry:
                     f"give {entry.origin} another name="
                 )
             self._jobs[entry.name] = entry
+        signatures.remember(entry.name, entry.arity)
 
     def get(self, name: str) -> Registered:
         try:
@@ -137,6 +145,7 @@ class Registry:
     def discard(self, name: str) -> None:
         with self._lock:
             self._jobs.pop(name, None)
+        signatures.forget(name)
 
 
 registry = Registry()
@@ -160,15 +169,40 @@ class Enqueuer:
         return Enqueuer(self.name, make_options(self.options, **options), client or self._client)
 
     def perform_async(self, *args: Any) -> str:
+        signatures.check(self.name, args)
         return self._target().push_job(self.name, list(args), self.options)
 
     def perform_in(self, seconds: float, *args: Any) -> str:
+        signatures.check(self.name, args)
         return self._target().push_job(self.name, list(args), self.options, delay=seconds)
 
-    def perform_at(self, when: float, *args: Any) -> str:
-        """``when`` is an epoch timestamp in seconds (or a timezone-aware datetime)."""
-        at = when.timestamp() if hasattr(when, "timestamp") else float(when)
+    def perform_at(self, when: float | datetime, *args: Any) -> str:
+        """``when`` is an epoch timestamp in seconds or a timezone-aware datetime."""
+        at = _epoch(when)
+        signatures.check(self.name, args)
         return self._target().push_job(self.name, list(args), self.options, at=at)
+
+    def perform_bulk(self, args: Iterable[Sequence[Any]]) -> list[str]:
+        """Push one job per argument list (1,000 per round trip); returns the jids.
+
+        Every list is checked before anything is sent, so a bad one pushes nothing.
+        """
+        all_args = [list(one) for one in args]
+        for i, one in enumerate(all_args):
+            signatures.check(self.name, one, f" in args[{i}]")
+        return self._target().push_bulk(
+            {**self.options.payload_fields(), "class": self.name, "args": all_args})
+
+
+def _epoch(when: float | datetime) -> float:
+    if isinstance(when, datetime):
+        if when.tzinfo is None or when.utcoffset() is None:
+            raise ArgumentError(f"perform_at needs a timezone-aware datetime, got naive {when!r} "
+                                "(use datetime.now(UTC) or .replace(tzinfo=...))")
+        return when.timestamp()
+    if isinstance(when, bool) or not isinstance(when, int | float):
+        raise ArgumentError(f"perform_at needs epoch seconds or an aware datetime, got {when!r}")
+    return float(when)
 
 
 class JobFunction(Enqueuer, Generic[P, R]):
@@ -206,7 +240,8 @@ def job(name: Any = None, *, registry_: Registry | None = None, **options: Any) 
     def register(fn: Callable[P, R]) -> JobFunction[P, R]:
         wire_name = name or f"{fn.__module__}.{fn.__qualname__}"
         wrapper = JobFunction(fn, wire_name, opts)
-        entry = Registered(wire_name, opts, lambda _payload: fn, _origin_of(fn))
+        entry = Registered(wire_name, opts, lambda _payload: fn, _origin_of(fn),
+                           signatures.Arity.of(wire_name, fn))
         (registry_ or registry).add(entry)
         return wrapper
 
@@ -241,7 +276,8 @@ class Job:
             opts = replace(opts, retries_exhausted=exhausted)
         cls.wurk_options = opts
         cls.wurk_name = name or f"{cls.__module__}.{cls.__qualname__}"
-        registry.add(Registered(cls.wurk_name, opts, cls._bound_perform, _origin_of(cls)))
+        registry.add(Registered(cls.wurk_name, opts, cls._bound_perform, _origin_of(cls),
+                                signatures.Arity.of(cls.wurk_name, cls.perform, bound=True)))
 
     @classmethod
     def _bound_perform(cls, payload: Mapping[str, Any]) -> Callable[..., Any]:
@@ -270,5 +306,9 @@ class Job:
         return cls.enqueuer().perform_in(seconds, *args)
 
     @classmethod
-    def perform_at(cls, when: float, *args: Any) -> str:
+    def perform_at(cls, when: float | datetime, *args: Any) -> str:
         return cls.enqueuer().perform_at(when, *args)
+
+    @classmethod
+    def perform_bulk(cls, args: Iterable[Sequence[Any]]) -> list[str]:
+        return cls.enqueuer().perform_bulk(args)

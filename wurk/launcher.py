@@ -3,8 +3,13 @@
 Duties:
 1. ``start``: the health listener if configured (its port goes into the
    heartbeat info), then the heartbeat (so the process is visible before it
-   takes work), then the processor threads, then the scheduler poller.
-2. ``quiet``: stop fetching and stop the poller; running jobs carry on.
+   takes work), then the processor threads, then the scheduler poller,
+   then the spool drainer (pushes what exited processes spooled, at start
+   and every ``spool_interval``). Every one of those threads runs under
+   :mod:`wurk.threads`: one that dies is logged, restarted, and fails
+   ``/live`` until it is.
+2. ``quiet``: stop fetching, the poller and the spool drainer; running jobs
+   carry on.
 3. ``stop(deadline)``: quiet, let running jobs finish until the monotonic
    deadline, push the unfinished back to their queues, then say goodbye in
    the heartbeat (flush stats, leave ``processes``) and close the listener.
@@ -29,6 +34,7 @@ from wurk.manager import Manager
 from wurk.queues import parse_queues
 from wurk.reaper import Reaper, recover
 from wurk.scheduled import Poller
+from wurk.spool_drain import SpoolDrainer
 
 if TYPE_CHECKING:
     from wurk.config import Config
@@ -45,6 +51,7 @@ class Launcher:
         identity = make_identity()
         self.manager = Manager(config, plan, jobs or registry, identity)
         self.poller = Poller(config)
+        self.spool = SpoolDrainer(config, config.pool)
         self.reaper = Reaper(config, identity)
         self.heartbeat = Heartbeat(config, plan, counters=self.manager.counters,
                                    in_flight=self.manager.in_flight,
@@ -72,6 +79,7 @@ class Launcher:
             self.reaper.start()
         self.manager.start()
         self.poller.start()
+        self.spool.start()
         log.info("launcher.started", identity=self.identity, queues=self.config.queues,
                  concurrency=self.config.concurrency)
 
@@ -81,6 +89,7 @@ class Launcher:
         self.heartbeat.quiet = True
         self.manager.quiet()
         self.poller.stop()
+        self.spool.stop()
 
     def stop(self, deadline: float | None = None) -> int:
         """Drain until ``deadline`` (default: now + shutdown_timeout); returns jobs requeued."""

@@ -77,6 +77,8 @@ RANGES: dict[str, Range] = {
     "push_flush_timeout": Range(0, HOUR),
     "push_replicas": Range(0, MAX_REPLICAS),
     "push_replicas_timeout": Range(MIN_INTERVAL, MAX_REDIS_TIMEOUT),
+    # wurk.spool_drain never waits longer than an hour between looks.
+    "spool_interval": Range(MIN_INTERVAL, HOUR),
     "reaper_interval": Range(MIN_INTERVAL, DAY),
     "max_recoveries": Range(0, MAX_RECOVERIES),
     "redis_pool_size": Range(1, MAX_POOL_SIZE),

@@ -1,16 +1,26 @@
-"""structlog setup: JSON lines when stderr is not a terminal, readable otherwise.
+"""Logging: wurk is a library first, and a process's entry point decides.
 
 Events have stable dotted names (``job.done``, ``redis.error``) and key/value
 context; tests assert on them with ``structlog.testing.capture_logs``.
 
-Lines go to stderr with one ``os.write`` each and no lock: a lock held by a
-logging thread at the moment another thread forks would stay held forever
-in the child. A single write of a line is not interleaved with other lines
-on a pipe for lines up to PIPE_BUF bytes.
+Where an event goes, decided at each call:
+1. A wurk entry point (``wurk run``, ``wurk-swarm``, its children, the admin
+   CLI) called :func:`setup`: JSON lines on stderr when it is not a
+   terminal, readable lines otherwise. Each line is one ``os.write`` with no
+   lock: a lock held by a logging thread at the moment another thread forks
+   would stay held forever in the child, and one write of a line up to
+   PIPE_BUF bytes is not interleaved with other lines on a pipe.
+2. Otherwise, if the process configured structlog itself, its pipeline.
+3. Otherwise (a web app or script that only enqueues, or hosts an embedded
+   worker): the standard ``logging`` module, under the event's ``wurk.*``
+   logger name, as one "event key=value ..." message. wurk adds only a
+   ``NullHandler`` to the ``wurk`` logger, so it prints nothing, on stdout or
+   stderr, unless the application's logging configuration says so.
 
 Every string value that holds a URL goes through
-:func:`wurk.redaction.redact_text` before it is rendered, exception text
-included: a log line never carries a URL's password.
+:func:`wurk.redaction.redact_text` before it is rendered or handed to
+``logging``, exception text included: a log line never carries a URL's
+password.
 """
 
 from __future__ import annotations
@@ -54,20 +64,26 @@ def _factory(*_args: Any) -> StderrLineLogger:
     return StderrLineLogger()
 
 
-# The level setup() installed; before any setup() everything is passed on to
-# structlog (whatever it is configured to do, e.g. capture_logs in tests).
+# The level setup() installed; NOTSET until a wurk entry point calls it.
 _threshold = logging.NOTSET
+_entry_point = False
+
+logging.getLogger("wurk").addHandler(logging.NullHandler())
 
 
 def enabled(level: str) -> bool:
     """Whether events at ``level`` would be written: a cheap check for hot paths."""
-    return logging.getLevelNamesMapping()[level.upper()] >= _threshold
+    number = logging.getLevelNamesMapping()[level.upper()]
+    if _entry_point or structlog.is_configured():
+        return number >= _threshold
+    return logging.getLogger("wurk").isEnabledFor(number)
 
 
 def setup(level: str = "info", fmt: str = "auto") -> None:
-    """Configure structlog for this process. Safe to call again after fork."""
-    global _threshold  # noqa: PLW0603 - one logging level per process
+    """Configure this process's output (entry points only). Safe to call again after fork."""
+    global _threshold, _entry_point  # noqa: PLW0603 - one logging level per process
     _threshold = logging.getLevelNamesMapping()[level.upper()]
+    _entry_point = True
     use_json = fmt == "json" or (fmt == "auto" and not sys.stderr.isatty())
     renderer: Any = (
         structlog.processors.JSONRenderer()
@@ -83,14 +99,55 @@ def setup(level: str = "info", fmt: str = "auto") -> None:
             redact_urls,
             renderer,
         ],
-        wrapper_class=structlog.make_filtering_bound_logger(
-            logging.getLevelNamesMapping()[level.upper()]
-        ),
+        wrapper_class=structlog.make_filtering_bound_logger(_threshold),
         logger_factory=_factory,
         # Never cache: a logger bound before fork must pick up the child's setup.
         cache_logger_on_first_use=False,
     )
 
 
-def get_logger(name: str) -> Any:
-    return structlog.get_logger(name)
+def _as_message(_logger: Any, _method: str, event: MutableMapping[str, Any]) -> str:
+    """The last step for the standard logging module: one readable line."""
+    name = event.pop("event", "")
+    fields = " ".join(f"{key}={value!r}" for key, value in event.items())
+    return f"{name} {fields}" if fields else str(name)
+
+
+class Logger:
+    """A logger named ``wurk.*`` that sends each event where the process wants it."""
+
+    __slots__ = ("_stdlib", "_structlog", "name")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._structlog: Any = structlog.get_logger(name)
+        self._stdlib: Any = structlog.wrap_logger(
+            logging.getLogger(name), wrapper_class=structlog.stdlib.BoundLogger,
+            processors=[structlog.stdlib.filter_by_level, structlog.contextvars.merge_contextvars,
+                        structlog.processors.format_exc_info, redact_urls, _as_message],
+            cache_logger_on_first_use=False)
+
+    def _target(self) -> Any:
+        return self._structlog if _entry_point or structlog.is_configured() else self._stdlib
+
+    def debug(self, event: str, **fields: Any) -> None:
+        self._target().debug(event, **fields)
+
+    def info(self, event: str, **fields: Any) -> None:
+        self._target().info(event, **fields)
+
+    def warning(self, event: str, **fields: Any) -> None:
+        self._target().warning(event, **fields)
+
+    def error(self, event: str, **fields: Any) -> None:
+        self._target().error(event, **fields)
+
+    def exception(self, event: str, **fields: Any) -> None:
+        self._target().exception(event, **fields)
+
+    def critical(self, event: str, **fields: Any) -> None:
+        self._target().critical(event, **fields)
+
+
+def get_logger(name: str) -> Logger:
+    return Logger(name)

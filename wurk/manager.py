@@ -1,7 +1,11 @@
 """The manager: a process's pool of processor threads and what they hold.
 
 Duties:
-1. Start ``concurrency`` processor threads that fetch and process until quiet.
+1. Start ``concurrency`` processor threads (under :mod:`wurk.threads`) that
+   fetch and process until quiet. Anything raised outside a job's own run (a
+   fetch, the processor's bookkeeping) is logged, the job the thread held goes
+   back to its queue, and the thread carries on after a pause; a thread that
+   dies anyway gives back its job the same way and is restarted.
 2. Keep the in-flight table (which slot runs which job since when) that the
    heartbeat publishes and a hard stop requeues from.
 3. Count processed and failed executions between heartbeats.
@@ -17,6 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from wurk import threads
 from wurk.fetch import BasicFetch, Fetch, UnitOfWork
 from wurk.logging import get_logger
 from wurk.payload import dumps
@@ -29,7 +34,8 @@ if TYPE_CHECKING:
     from wurk.queues import QueuePlan
 
 log = get_logger("wurk.manager")
-FETCH_ERROR_PAUSE = 1.0
+# After a fetch or a processor failed outside a job: no spin if it keeps failing.
+ERROR_PAUSE = 1.0
 
 
 class Counters:
@@ -82,9 +88,13 @@ class InFlightTable:
 
     def finish(self, slot: str) -> bool:
         """Clear the slot; True if a hard stop already requeued its job."""
-        with self._lock:
-            running = self._slots.pop(slot, None)
+        running = self.take(slot)
         return running is not None and running.abandoned
+
+    def take(self, slot: str) -> Running | None:
+        """Clear the slot and return what it held."""
+        with self._lock:
+            return self._slots.pop(slot, None)
 
     def busy(self) -> int:
         return len(self._slots)
@@ -132,10 +142,9 @@ class Manager:
     def start(self) -> None:
         self.fetch.start()
         for index in range(self.config.concurrency):
-            thread = threading.Thread(target=self._work_loop, name=f"wurk-processor-{index}",
-                                      daemon=True)
-            self._threads.append(thread)
-            thread.start()
+            self._threads.append(threads.start("processor", self._work_loop,
+                                               stopped=self._quiet.is_set,
+                                               name=f"wurk-processor-{index}"))
 
     @property
     def quieting(self) -> bool:
@@ -149,15 +158,47 @@ class Manager:
         # Base 36 of the native thread id: unique in this process, short, and
         # the shape Sidekiq uses for its work-hash fields.
         slot = _base36(threading.get_native_id())
-        while not self._quiet.is_set():
-            try:
-                work = self.fetch.fetch()
-            except Exception as exc:  # noqa: BLE001 - Redis trouble must not kill the thread
-                log.error("fetch.error", error=f"{type(exc).__name__}: {exc}")
-                self._quiet.wait(FETCH_ERROR_PAUSE)
-                continue
-            if work is not None:
-                self.processor.process(work, slot)
+        try:
+            while not self._quiet.is_set():
+                work = None
+                try:
+                    work = self.fetch.fetch()
+                    if work is not None:
+                        self.processor.process(work, slot)
+                except BaseException as exc:  # noqa: BLE001 - nothing may kill the thread
+                    self._failed_outside_job(slot, work, exc)
+        finally:
+            # Died mid-job after all: its job must not wait in a slot nobody runs.
+            self._give_back(slot, None)
+
+    def _failed_outside_job(self, slot: str, work: UnitOfWork | None,
+                            exc: BaseException) -> None:
+        if work is None:
+            log.error("fetch.error", error=threads.describe(exc))
+        else:
+            log.error("processor.error", queue=work.queue, error=threads.describe(exc))
+            self._give_back(slot, work)
+        self._quiet.wait(ERROR_PAUSE)
+
+    def _give_back(self, slot: str, work: UnitOfWork | None) -> None:
+        """Requeue the job this slot still holds (else ``work``), unless a hard stop did.
+
+        It may have run in part: at least once, as after a hard stop.
+        """
+        running = self.in_flight.take(slot)
+        if running is not None:
+            if running.abandoned:
+                return
+            work = running.work
+        if work is None:
+            return
+        try:
+            self.fetch.requeue([work])
+        except BaseException as error:  # noqa: BLE001 - the log line keeps the job
+            log.error("job.lost", queue=work.queue, error=threads.describe(error),
+                      payload=work.raw.decode("utf-8", "replace"))
+            return
+        log.warning("processor.requeued", queue=work.queue)
 
     def stop(self, deadline: float) -> int:
         """Quiet, wait for running jobs until ``deadline`` (monotonic), requeue the rest.

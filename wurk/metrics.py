@@ -13,7 +13,8 @@ Duties:
 4. Tags: DogStatsD's ``|#k:v,k:v`` with ``metrics_dogstatsd``; otherwise
    folded into the name (``wurk.jobs.processed.class.Mailer.queue.default``).
 5. Send without blocking; a send that fails is dropped and counted in
-   ``send_errors``, never raised into a job or the heartbeat.
+   ``send_errors``, and nothing metrics raise reaches a job or the heartbeat.
+   Metrics run no thread of their own.
 6. With ``metrics_prometheus``, keep in-process totals that the health
    listener serves as Prometheus text on ``/metrics``.
 7. Fork hygiene: a child never sends through its parent's UDP socket or
@@ -275,7 +276,7 @@ class Metrics:
             try:
                 self.job(job_class(job), queue, (time.perf_counter() - started) * 1000.0,
                          failure is not None)
-            except Exception as exc:  # noqa: BLE001 - a metrics bug must not touch the job
+            except BaseException as exc:  # noqa: BLE001 - a metrics bug must not touch the job
                 log.warning("metrics.job_failed", error=f"{type(exc).__name__}: {exc}")
             return failure
 
@@ -341,7 +342,7 @@ def beat_reporter(config: Config, queues: Sequence[str],
 
             values.append((PROCESS_RSS, psutil.Process().memory_info().rss, tags))
             metrics.gauges(values)
-        except Exception as exc:  # noqa: BLE001 - never break the heartbeat
+        except BaseException as exc:  # noqa: BLE001 - never break the heartbeat
             log.warning("metrics.beat_failed", error=f"{type(exc).__name__}: {exc}")
 
     return report

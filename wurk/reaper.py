@@ -7,7 +7,9 @@ Duties:
    times is a poison pill and goes to the dead set instead.
 2. A periodic sweep (at boot, then every ``reaper_interval`` seconds, under a
    cluster-wide lock so processes do not dogpile): every registered owner
-   whose heartbeat hash has expired is recovered.
+   whose heartbeat hash has expired is recovered. A sweep that raises
+   anything is logged and tried again an interval later; the thread runs
+   under :mod:`wurk.threads`.
 
 A live process, even one draining for minutes, keeps beating, so the sweep
 never takes its jobs. The swarm parent calls ``recover`` directly the moment
@@ -20,7 +22,7 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from wurk import keys
+from wurk import keys, threads
 from wurk.logging import get_logger
 from wurk.lua import RECOVER
 from wurk.payload import score
@@ -72,8 +74,7 @@ class Reaper:
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="wurk-reaper", daemon=True)
-        self._thread.start()
+        self._thread = threads.start("reaper", self._loop, stopped=self._done.is_set)
 
     def stop(self) -> None:
         self._done.set()
@@ -84,7 +85,7 @@ class Reaper:
         while True:
             try:
                 sweep(self.config, self.identity)
-            except Exception as exc:  # noqa: BLE001 - try again next interval
+            except BaseException as exc:  # noqa: BLE001 - try again next interval
                 log.error("reaper.error", error=f"{type(exc).__name__}: {exc}")
             if self._done.wait(self.config.reaper_interval):
                 return

@@ -5,7 +5,9 @@ Duties:
    are waiting, moving them atomically (CLAIM script) from their queue to a
    private list owned by this process's identity; acknowledgements waiting to
    be sent ride along in the same round trip. When every queue is empty it
-   blocks on BRPOPLPUSH instead of polling.
+   blocks on BRPOPLPUSH instead of polling. Anything its loop raises is
+   logged (``fetch.error``) and the loop goes on after a pause; the thread
+   runs under :mod:`wurk.threads`.
 2. ``acknowledge`` removes a finished job from the private list and retires
    its poison-pill counter (batched with the next claim, or sent at once by
    the processor when the fetcher is blocked).
@@ -29,7 +31,7 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from wurk import keys
+from wurk import keys, threads
 from wurk.fetch import PausedQueues, UnitOfWork
 from wurk.logging import get_logger
 from wurk.lua import CLAIM, REQUEUE
@@ -83,8 +85,7 @@ class ReliableFetch:
         self.config.pool.pipeline(
             [("SADD", keys.WIP_OWNERS, self.identity),
              ("SADD", keys.wip_queues(self.identity), *self.plan.names)], idempotent=True)
-        self._thread = threading.Thread(target=self._loop, name="wurk-fetcher", daemon=True)
-        self._thread.start()
+        self._thread = threads.start("fetcher", self._loop, stopped=lambda: self._stopping)
 
     def quiet(self) -> None:
         """Stop claiming; jobs claimed but not yet started go straight back."""
@@ -193,7 +194,7 @@ class ReliableFetch:
                 claimed = self._claim(want, acks)
                 if want and not claimed:
                     self._block()
-            except Exception as exc:  # noqa: BLE001 - keep fetching through Redis trouble
+            except BaseException as exc:  # noqa: BLE001 - keep fetching through any trouble
                 self._recover_from(exc, acks)
 
     def _needs_resync(self) -> bool:
@@ -305,7 +306,7 @@ class ReliableFetch:
             for work, _ in acks:
                 self._release(work)
 
-    def _recover_from(self, exc: Exception, acks: list[tuple[UnitOfWork, str | None]]) -> None:
+    def _recover_from(self, exc: BaseException, acks: list[tuple[UnitOfWork, str | None]]) -> None:
         log.error("fetch.error", error=f"{type(exc).__name__}: {exc}")
         with self._cond:
             # Acks are safe to send again; claims that may have landed are

@@ -4,12 +4,18 @@ Duties:
 1. Every cycle, for ``retry`` then ``schedule``, pop due members one at a
    time with the ZPOPBYSCORE script and push each through the client (a new
    ``enqueued_at``, jid and created_at kept, every other key untouched).
-2. One bad member (not JSON, a push that raises) is reported and the sweep
-   goes on; a pop whose reply was lost ends that set's sweep for this cycle
-   rather than popping blind.
+2. One bad member (not JSON, nested too deep to decode, refused by the
+   client, or anything else its own handling raises) goes to ``dead`` with a
+   log line and every other due member still moves in the same cycle; a pop
+   whose reply was lost ends that set's sweep for this cycle rather than
+   popping blind.
 3. Sleep a random interval scaled by the number of live processes, so the
-   whole cluster polls about once per ``average_scheduled_poll_interval``.
-4. ``stop`` is terminal and joins the thread, so no sweep runs on behalf of a
+   whole cluster polls about once per ``average_scheduled_poll_interval``;
+   when that count cannot be read, the interval of a lone process.
+4. Nothing raised in a cycle (Redis down, a bug, a SystemExit out of a
+   library) ends the thread: it is logged and the next cycle comes after the
+   usual pause. The thread runs under :mod:`wurk.threads`.
+5. ``stop`` is terminal and joins the thread, so no sweep runs on behalf of a
    process that has already said goodbye.
 """
 
@@ -20,12 +26,16 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from wurk import keys
+import redis.exceptions as rx
+
+from wurk import keys, threads
 from wurk.client import Client
+from wurk.confirmed import PushNotConfirmedError
 from wurk.logging import get_logger
 from wurk.lua import PROMOTE, ZPOPBYSCORE
-from wurk.payload import PayloadError, dumps, loads_job, score
+from wurk.payload import dumps, loads_job, score
 from wurk.retry import kill
+from wurk.threads import describe
 
 if TYPE_CHECKING:
     from wurk.config import Config
@@ -46,15 +56,15 @@ def random_poll_interval(average: float, process_count: int, rng: random.Random)
 class Poller:
     def __init__(self, config: Config, rng: random.Random | None = None) -> None:
         self.config = config
-        self.client = Client(config)
+        # The launcher's own spool drainer pushes the spool.
+        self.client = Client(config, drain_spool=False)
         self.rng = rng or random.Random()
         self._done = threading.Event()
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
         if self._thread is None:
-            self._thread = threading.Thread(target=self._loop, name="wurk-scheduler", daemon=True)
-            self._thread.start()
+            self._thread = threads.start("scheduler", self._loop, stopped=self._done.is_set)
 
     def stop(self) -> None:
         self._done.set()
@@ -64,14 +74,24 @@ class Poller:
                 self._thread = None
 
     def _loop(self) -> None:
-        if not self._done.wait(self._initial_wait()):
-            while not self._done.is_set():
-                try:
-                    self.enqueue_due()
-                except Exception as exc:  # noqa: BLE001 - keep polling through Redis trouble
-                    log.error("scheduler.error", error=f"{type(exc).__name__}: {exc}")
-                if self._done.wait(self._interval()):
-                    break
+        if self._done.wait(self._initial_wait()):
+            return
+        while True:
+            pause = self._cycle()
+            if self._done.wait(pause):
+                return
+
+    def _cycle(self) -> float:
+        """One sweep; returns the pause before the next. Raises nothing."""
+        try:
+            self.enqueue_due()
+        except BaseException as exc:  # noqa: BLE001 - keep polling through Redis trouble
+            log.error("scheduler.error", error=describe(exc))
+        try:
+            return self._interval()
+        except BaseException as exc:  # noqa: BLE001 - the process count is only a refinement
+            log.error("scheduler.interval_failed", error=describe(exc))
+            return random_poll_interval(self.config.average_scheduled_poll_interval, 1, self.rng)
 
     def _initial_wait(self) -> float:
         if self.config.poll_interval_average is not None:
@@ -127,11 +147,11 @@ class Poller:
         """(queue, payload with a fresh enqueued_at), or ("", "") for the morgue."""
         try:
             payload, _ = self.client.normalise(loads_job(raw), time.time())
-        except (PayloadError, TypeError, ValueError) as exc:
-            log.error("scheduler.malformed", set=sset, error=str(exc),
+            return str(payload["queue"]), dumps(payload)
+        except BaseException as exc:  # noqa: BLE001 - one member's trouble is that member's
+            log.error("scheduler.malformed", set=sset, error=describe(exc),
                       payload=raw[:200].decode("utf-8", "replace"))
             return "", ""
-        return str(payload["queue"]), dumps(payload)
 
     def _pop_due(self, sset: str, at: str) -> bytes | None:
         try:
@@ -144,23 +164,25 @@ class Poller:
 
     def _push_promoted(self, raw: bytes, sset: str) -> int:
         try:
-            job = loads_job(raw)
-        except PayloadError as exc:
-            log.error("scheduler.malformed", set=sset, error=str(exc))
-            kill(self.config, raw)
+            self.client.push(loads_job(raw))
+        except (rx.RedisError, OSError, PushNotConfirmedError) as exc:
+            # Popped but maybe not pushed: the classic poller's known window.
+            # The reliable scheduler moves due jobs inside Redis and has none.
+            log.error("scheduler.push_failed", set=sset, error=describe(exc),
+                      payload=raw.decode("utf-8", "replace"))
             return 0
-        try:
-            self.client.push(job)
-        except (TypeError, ValueError) as exc:
-            # Refused before anything was sent (a non-string queue, a bad
-            # ``at``): malformed, so to the morgue rather than lost.
-            log.error("scheduler.malformed", set=sset, jid=job.get("jid"), error=str(exc))
-            kill(self.config, raw)
-            return 0
-        except Exception as exc:  # noqa: BLE001
-            # Popped but not pushed: the classic poller's known window. The
-            # reliable scheduler moves due jobs inside Redis and has none.
-            log.error("scheduler.push_failed", set=sset, jid=job.get("jid"),
-                      error=f"{type(exc).__name__}: {exc}", payload=raw.decode("utf-8", "replace"))
+        except BaseException as exc:  # noqa: BLE001 - anything else is wrong with the member
+            # Refused before anything was sent (not a job, a bad ``at``, too
+            # deep to decode): to the morgue rather than lost or retried.
+            self._bury(raw, sset, exc)
             return 0
         return 1
+
+    def _bury(self, raw: bytes, sset: str, exc: BaseException) -> None:
+        log.error("scheduler.malformed", set=sset, error=describe(exc),
+                  payload=raw[:200].decode("utf-8", "replace"))
+        try:
+            kill(self.config, raw)
+        except BaseException as failure:  # noqa: BLE001 - the log line is all that is left
+            log.error("scheduler.kill_failed", set=sset, error=describe(failure),
+                      payload=raw.decode("utf-8", "replace"))

@@ -3,8 +3,9 @@
 ``wurk stats``, ``queues``, ``processes``, ``workers``, ``swarms``;
 ``wurk retries|dead|scheduled [list|retry|delete|clear]``; ``wurk pause``,
 ``unpause``, ``quiet``, ``stop``, ``restart``, ``dump``; ``wurk profile
-[list|show|save]``. Every command is a thin layer over ``wurk.api``: it
-builds one JSON-able payload, printed as is with ``--json`` (shapes
+[list|show|save]``; ``wurk spool [list|push|discard]``. Every command is
+a thin layer over ``wurk.api`` (``spool`` over ``wurk.spool``): it builds
+one JSON-able payload, printed as is with ``--json`` (shapes
 documented in docs/admin-cli.md, and stable) or rendered as aligned plain
 text otherwise.
 
@@ -26,7 +27,7 @@ Duties:
 Modules: ``registry`` (commands as data, the context they run with),
 ``output`` (tables and times), ``overview`` (the read-only commands),
 ``jobsets`` (the three sorted sets), ``control`` (pause and signals),
-``profiles`` (job profiles).
+``profiles`` (job profiles), ``spool`` (pushes spooled at exit).
 
 Adding a command: write ``wurk/admin/<name>.py``
 with a ``COMMANDS`` tuple of :class:`AdminCommand` (name, help, a
@@ -45,7 +46,7 @@ from typing import Any, TextIO
 import redis.exceptions as rx
 
 from wurk import logging as wlog
-from wurk.admin import control, jobsets, overview, profiles
+from wurk.admin import control, jobsets, overview, profiles, spool
 from wurk.admin.registry import (
     AdminCommand,
     CommandError,
@@ -66,7 +67,7 @@ EX_CONFIG = 78
 MAX_ATTEMPTS = 2
 
 REGISTRY = Registry(*overview.COMMANDS, *jobsets.COMMANDS, *control.COMMANDS,
-                    *profiles.COMMANDS)
+                    *profiles.COMMANDS, *spool.COMMANDS)
 
 # Failures that name what was missing or refused; their message is the whole story.
 NAMED_FAILURES = (CommandError, UnknownQueueError, UnknownProcessError, JobNotFoundError,

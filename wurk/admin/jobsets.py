@@ -1,4 +1,4 @@
-"""``wurk retries|dead|scheduled [list|retry|delete|clear] [JID ...] [--all]``.
+"""``wurk retries|dead|scheduled [list|retry|delete|clear] [JID ...] [--all] [--yes]``.
 
 Duties:
 1. ``list`` (the default): the entries, soonest first (the morgue newest
@@ -6,7 +6,9 @@ Duties:
 2. ``retry``: push the named entries (or ``--all``) back to their queues
    now; from ``retry`` and ``dead`` that is Sidekiq's retry (``retry_count``
    decremented), from ``scheduled`` it runs the job now.
-3. ``delete`` the named entries (or ``--all``); ``clear`` empties the set.
+3. ``delete`` the named entries (or ``--all``); ``clear`` (or ``clear --all``)
+   empties the set. Both destroy jobs, so they ask on a terminal and need
+   ``--yes`` anywhere else.
 4. Name every unknown jid and act on none of them (exit 1); report an entry
    another operator moved meanwhile, after acting on the rest (exit 1).
 """
@@ -33,7 +35,10 @@ def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("action", nargs="?", choices=ACTIONS, default="list",
                         help="what to do (default: list)")
     parser.add_argument("jids", nargs="*", metavar="JID", help="the entries to act on")
-    parser.add_argument("--all", action="store_true", help="retry or delete every entry")
+    parser.add_argument("--all", action="store_true",
+                        help="retry, delete or clear every entry")
+    parser.add_argument("--yes", action="store_true",
+                        help="delete or clear without asking (needed when stdin is not a terminal)")
     parser.add_argument("--limit", type=int, default=DEFAULT_LIMIT,
                         help=f"list at most this many entries (default {DEFAULT_LIMIT}; 0: all)")
 
@@ -81,14 +86,19 @@ def do_retry(ctx: Context, jobs: SortedSet, args: argparse.Namespace) -> None:
 
 
 def do_delete(ctx: Context, jobs: SortedSet, args: argparse.Namespace) -> None:
-    _act(ctx, jobs, args, SortedEntry.delete)
+    chosen = list(select(jobs, args))
+    if not args.yes:
+        ctx.confirm(f"delete {_count(len(chosen))} from the {jobs.name} set?",
+                    what="delete removes jobs")
+    _act(ctx, jobs, args, SortedEntry.delete, chosen)
 
 
 def _act(ctx: Context, jobs: SortedSet, args: argparse.Namespace,
-         act: Callable[[SortedEntry], bool]) -> None:
+         act: Callable[[SortedEntry], bool],
+         chosen: Iterable[SortedEntry] | None = None) -> None:
     done: list[str | None] = []
     lost: list[str | None] = []
-    for entry in select(jobs, args):
+    for entry in select(jobs, args) if chosen is None else chosen:
         (done if act(entry) else lost).append(entry.jid)
     ctx.emit({"set": jobs.name, "action": args.action, "count": len(done), "jids": done},
              render_action)
@@ -114,9 +124,13 @@ def select(jobs: SortedSet, args: argparse.Namespace) -> Iterable[SortedEntry]:
 
 
 def do_clear(ctx: Context, jobs: SortedSet, args: argparse.Namespace) -> None:
-    if args.jids or args.all:
-        raise UsageError("clear takes no JIDs: it empties the whole set")
+    if args.jids:
+        raise UsageError("clear takes no JIDs: it empties the whole set "
+                         "(delete JID ... removes single entries)")
     size = jobs.size
+    if not args.yes:
+        ctx.confirm(f"clear the {jobs.name} set ({_count(size)})?",
+                    what="clear removes every job in the set")
     jobs.clear()
     ctx.emit({"set": jobs.name, "action": "clear", "count": size, "jids": None},
              render_action)
@@ -129,6 +143,10 @@ def render_action(payload: Payload, now: float) -> list[str]:
     noun = "job" if payload["count"] == 1 else "jobs"
     line = f"{verb} {payload['count']} {noun} from the {payload['set']} set"
     return [f"{line}: {', '.join(map(str, payload['jids']))}" if payload["jids"] else line]
+
+
+def _count(jobs: int) -> str:
+    return f"{jobs} job" + ("" if jobs == 1 else "s")
 
 
 def _quoted(jids: Iterable[str | None]) -> str:

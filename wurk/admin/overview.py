@@ -87,18 +87,23 @@ def processes_payload(config: Config) -> list[Payload]:
 
 
 def render_processes(payload: list[Payload], now: float) -> list[str]:
-    rows = [(p["identity"], _where(p), clip(",".join(p["queues"]), 30),
+    rows = [(p["identity"], _tag(p), _slot(p), clip(",".join(p["queues"]), 30),
              f"{p['busy']}/{p['concurrency']}", "quiet" if p["quiet"] else "running",
              megabytes(p["rss_kb"]), when(p["started_at"], now), when(p["beat"], now))
             for p in payload]
-    return table(("IDENTITY", "TAG", "QUEUES", "BUSY", "STATE", "RSS", "STARTED", "BEAT"),
-                 rows, empty="no live processes")
+    return table(("IDENTITY", "TAG", "SLOT", "QUEUES", "BUSY", "STATE", "RSS", "STARTED",
+                  "BEAT"), rows, empty="no live processes")
 
 
-def _where(process: Payload) -> str:
-    if process["slot"] is not None:
-        return f"{process['slot']}#{process['index']}"
+def _tag(process: Payload) -> str:
     return process["tag"] or ("embedded" if process["embedded"] else "-")
+
+
+def _slot(process: Payload) -> str:
+    """A swarm child's slot and index; "-" for a process on its own."""
+    if process["slot"] is None:
+        return "-"
+    return f"{process['slot']}#{process['index']}"
 
 
 def run_processes(ctx: Context, args: argparse.Namespace) -> None:

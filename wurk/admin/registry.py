@@ -18,6 +18,7 @@ Duties:
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -53,6 +54,15 @@ class Context:
 
     def warn(self, message: str) -> None:
         print(f"wurk: {message}", file=self.err)
+
+    def confirm(self, question: str, *, what: str) -> None:
+        """Ask before destroying jobs: on a terminal a y/N question; anywhere
+        else the command must carry ``--yes`` (UsageError, exit 2)."""
+        if not sys.stdin.isatty():
+            raise UsageError(f"{what} for good: confirm with --yes (stdin is not a terminal)")
+        print(f"{question} [y/N] ", end="", file=self.err or sys.stderr, flush=True)
+        if sys.stdin.readline().strip().lower() not in ("y", "yes"):
+            raise CommandError("not confirmed: nothing was changed")
 
 
 @dataclass(frozen=True)

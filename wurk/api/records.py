@@ -7,7 +7,8 @@ Duties:
    item whose ``args`` hold the raw text, so one bad entry never breaks a
    listing.
 3. Read Sidekiq's fields in every version's shape: the display class
-   (``display_class``, ActiveJob's ``wrapped``), timestamps as float seconds
+   (``display_class``, then ActiveJob's wrapped job: ``wurk.api.activejob``),
+   timestamps as float seconds
    or Sidekiq 8's integer ms, failure fields and the compressed backtrace.
 4. ``delete`` one queued job: LREM 1 of the exact value.
 """
@@ -21,13 +22,11 @@ import zlib
 from typing import Any
 
 from wurk import keys
+from wurk.api import activejob
 from wurk.api.common import resolve, text
 from wurk.config import Config
 from wurk.payload import to_seconds
 from wurk.retry import decode_backtrace
-
-ACTIVE_JOB_WRAPPER = "ActiveJob::QueueAdapters::SidekiqAdapter::JobWrapper"
-MAILER_JOBS = ("ActionMailer::DeliveryJob", "ActionMailer::MailDeliveryJob")
 
 
 def parse_item(value: bytes | str) -> dict[str, Any] | None:
@@ -80,25 +79,15 @@ class JobRecord:
     @property
     def klass(self) -> str | None:
         """The class a person would recognise: ``display_class``, then the
-        ActiveJob ``wrapped`` class (mailers as ``Mailer#method``), then ``class``."""
+        ActiveJob wrapped class (mailers as ``Mailer#method``), then ``class``."""
         shown = self.item.get("display_class")
         if isinstance(shown, str):
             return shown
-        if self.class_name != ACTIVE_JOB_WRAPPER:
-            return self.class_name
-        wrapped = self.item.get("wrapped") or (self.args[0] if self.args else None)
-        if wrapped in MAILER_JOBS:
-            return self._mailer_name() or str(wrapped)
-        return text(wrapped) or self.class_name
+        if activejob.is_wrapped(self.item):
+            return activejob.display_class(self.item, self.args) or self.class_name
+        return self.class_name
 
     display_class = klass
-
-    def _mailer_name(self) -> str | None:
-        first = self.args[0] if self.args else None
-        arguments = first.get("arguments") if isinstance(first, dict) else None
-        if isinstance(arguments, list) and len(arguments) >= 2:
-            return f"{arguments[0]}#{arguments[1]}"
-        return None
 
     @property
     def args(self) -> list[Any]:
@@ -111,9 +100,8 @@ class JobRecord:
     def display_args(self) -> list[Any]:
         """Args as the Web UI shows them: ActiveJob's inner arguments, encryption hidden."""
         args = list(self.args)
-        if self.class_name == ACTIVE_JOB_WRAPPER and args and isinstance(args[0], dict):
-            inner = args[0].get("arguments")
-            return inner if isinstance(inner, list) else []
+        if activejob.is_wrapped(self.item):
+            return activejob.display_args(self.item, args)
         if self.item.get("encrypt") and args:
             args[-1] = "[encrypted data]"
         return args

@@ -89,7 +89,8 @@ class SortedSet:
     def client(self) -> Client:
         """The client entries push through: one per set, so a bulk move keeps order."""
         if self._client is None:
-            self._client = Client(self.config)
+            # Pushing the spool is for workers and `wurk spool push`, not an admin action.
+            self._client = Client(self.config, drain_spool=False)
         return self._client
 
     @property
