@@ -26,6 +26,7 @@ from supervisor.probe import probe
 from supervisor.swarm import Swarm
 from supervisor.topology import Topology, TopologyError, load
 from wurk import logging as wlog
+from wurk.redaction import redact_text
 from wurk.version import __version__
 
 EX_CONFIG = 78
@@ -72,7 +73,8 @@ def _probe(topology: Topology, pid: int) -> int:
     try:
         result = probe(topology, pid)
     except Exception as exc:  # noqa: BLE001 - a probe answers, it does not crash
-        print(f"wurk-swarm: probe failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(redact_text(f"wurk-swarm: probe failed: {type(exc).__name__}: {exc}"),
+              file=sys.stderr)
         return 1
     counts = ", ".join(f"{name}: {n}" for name, n in result.fresh.items())
     print(f"wurk-swarm: children beating per slot: {counts}")

@@ -273,6 +273,29 @@ def test_bad_env_exits_78(redis_server: RedisServer, tmp_path: Path) -> None:
     assert "WURK_CONCURRENCY" in result.stderr
 
 
+@pytest.mark.parametrize(("args", "env", "toml", "needle"), [
+    (["-t", "1e10"], {}, None, "arguments: shutdown_timeout must be from 0 to 86400"),
+    (["-c", "10000000"], {}, None, "arguments: concurrency must be from 1 to 1000"),
+    (["-q", "a:100000000000"], {}, None, "arguments: queues has a weight above"),
+    ([], {"WURK_SHUTDOWN_TIMEOUT": "1e10"}, None, "environment: shutdown_timeout"),
+    ([], {"WURK_REDIS_POOL_SIZE": "99999999"}, None, "environment: redis_pool_size"),
+    ([], {"REDIS_URL": "redis://127.0.0.1:99999/0"}, None, "environment: redis_url"),
+    ([], {"REDIS_URL": "redis://127.0.0.1:6379/abc"}, None, "environment: redis_url"),
+    ([], {}, 'queues = ["a:1000000", "b"]', "wurk.toml: queues has a weight above"),
+    ([], {}, "reaper_interval = 1e9", "wurk.toml: reaper_interval must be from"),
+])
+def test_absurd_settings_exit_78_in_one_line(redis_server: RedisServer, tmp_path: Path,
+                                             args: list[str], env: dict[str, str],
+                                             toml: str | None, needle: str) -> None:
+    if toml is not None:
+        (tmp_path / "wurk.toml").write_text(f"[wurk]\n{toml}\n")
+        args = [*args, "-C", str(tmp_path / "wurk.toml")]
+    result = run_cli(*args, env={**child_env(redis_server.url, tmp_path), **env}, cwd=tmp_path)
+    assert result.returncode == EX_CONFIG, result.stderr
+    [line] = result.stderr.splitlines()
+    assert line.startswith("wurk: ") and needle in line
+
+
 def test_missing_job_module(redis_server: RedisServer, tmp_path: Path) -> None:
     result = run_cli("-r", "no_such_module_for_wurk",
                      env=child_env(redis_server.url, tmp_path), cwd=tmp_path)

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 import wurk
-from wurk.config import DEFAULT_REDIS_URL, Config, ConfigError
+from wurk.config import _TYPES, DEFAULT_REDIS_URL, Config, ConfigError
+from wurk.limits import RANGES
 
 
 @pytest.fixture(autouse=True)
@@ -322,3 +323,188 @@ def test_from_mapping_uses_given_source() -> None:
 def test_config_error_is_a_value_error() -> None:
     assert issubclass(ConfigError, ValueError)
     assert wurk.ConfigError is ConfigError
+
+
+# -- ranges: every number has a documented lower and upper bound ------------------
+
+NUMERIC = sorted(name for name, kinds in _TYPES.items() if int in kinds or float in kinds)
+
+
+def test_every_numeric_setting_has_a_range() -> None:
+    assert sorted(RANGES) == NUMERIC
+
+
+def test_readme_table_shows_each_range() -> None:
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    rows = {line.split("|")[1].strip(" `"): line for line in readme.splitlines()
+            if line.startswith("| `")}
+    for name, bounds in RANGES.items():
+        assert f"| {bounds.describe()} |" in rows[name], name
+
+
+@pytest.mark.parametrize("name", sorted(RANGES))
+def test_each_range_is_enforced_at_both_ends(name: str) -> None:
+    bounds = RANGES[name]
+    kind = int if float not in _TYPES[name] else float
+    for inside in (bounds.low, bounds.high):
+        assert getattr(Config(**{name: kind(inside)}), name) == inside
+    step = 1 if kind is int else bounds.low / 2 or 0.5
+    for outside in (bounds.low - step, bounds.high + step * 10):
+        message = error_of(env={}, **{name: kind(outside)})
+        assert_names(message, "arguments", name, f"from {bounds.describe()}", repr(kind(outside)))
+
+
+@pytest.mark.parametrize(
+    ("line", "key", "shown"),
+    [
+        ("shutdown_timeout = 1e10", "shutdown_timeout", "10000000000.0"),
+        ("concurrency = 10000000", "concurrency", "10000000"),
+        ("redis_pool_size = 1000000000", "redis_pool_size", "1000000000"),
+        ("max_retries = 1000000", "max_retries", "1000000"),
+        ("dead_max_jobs = 1000000000000", "dead_max_jobs", "1000000000000"),
+        ("profile_ttl = 1000000000000", "profile_ttl", "1000000000000"),
+        ("heartbeat_interval = 3600", "heartbeat_interval", "3600"),
+        ("fetch_timeout = 1e6", "fetch_timeout", "1000000.0"),
+        ("redis_retry_base = -1", "redis_retry_base", "-1"),
+        ("redis_retry_cap = 1e9", "redis_retry_cap", "1000000000.0"),
+        ("push_replicas = 1000", "push_replicas", "1000"),
+        ("poll_interval_average = 1e-9", "poll_interval_average", "1e-09"),
+        ('queues = ["a:100000000000"]', "queues", "'a:100000000000'"),
+        ('queues = ["a:1000000", "b"]', "queues", "'a:1000000'"),
+    ],
+)
+def test_absurd_numbers_are_one_line_errors(tmp_path: Path, line: str, key: str,
+                                            shown: str) -> None:
+    path = write_toml(tmp_path, f"[wurk]\n{line}\n")
+    message = error_of(path, env={})
+    assert_names(message, str(path), key, shown)
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize(("var", "raw", "key"), [
+    ("WURK_SHUTDOWN_TIMEOUT", "1e10", "shutdown_timeout"),
+    ("WURK_CONCURRENCY", "10000000", "concurrency"),
+    ("WURK_QUEUES", "a:100000000000", "queues"),
+])
+def test_absurd_numbers_from_the_environment(var: str, raw: str, key: str) -> None:
+    assert_names(error_of(env={var: raw}), "environment", key)
+
+
+# -- the Redis URL, checked whole -------------------------------------------------
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://localhost",
+        "redis://cache.internal:6380",
+        "redis://cache.internal:6380/",
+        "rediss://app:pw@cache.internal:6380/3",
+        "redis://:pw@10.0.0.1:6379/15?socket_timeout=5&client_name=w",
+        "redis://[::1]:6379/0",
+        "redis://h/0?password=pw",
+        "unix:///run/redis/redis.sock",
+        "unix:///run/redis/redis.sock?db=2",
+        "rediss://h:6380/0?ssl_cert_reqs=none",
+        "REDIS://h:6379/1",
+    ],
+)
+def test_good_redis_urls_pass(url: str) -> None:
+    assert Config(redis_url=url).redis_url == url
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("http://h:6379/0", "must start with redis://, rediss:// or unix://"),
+        ("redis:h:6379", "must start with"),
+        ("redis://h:99999/0", "port from 1 to 65535"),
+        ("redis://h:0/0", "port from 1 to 65535"),
+        ("redis://h:abc/0", "port from 1 to 65535"),
+        ("redis://h:6379/abc", "db that is a non-negative integer"),
+        ("redis://h:6379/-1", "db that is a non-negative integer"),
+        ("redis://h:6379/1/2", "db that is a non-negative integer"),
+        ("redis://h:6379/99999999999", "db that is a non-negative integer"),
+        ("redis://h:6379?db=x", "db that is a non-negative integer"),
+        ("redis://h:6379/1?db=2", "names its db twice"),
+        ("unix:///tmp/r.sock?db=abc", "db that is a non-negative integer"),
+        ("redis://:6379/0", "must name a host"),
+        ("redis://", "must name a host"),
+        ("unix://", "socket path"),
+        ("unix://host/tmp/r.sock", "socket path"),
+        ("redis://h/0?protocol=3", "unsupported option 'protocol'"),
+        ("redis://h/0?ssl_cert_reqs=none", "unsupported option 'ssl_cert_reqs'"),
+        ("redis://h/0?foo=bar", "unsupported option 'foo'"),
+        ("redis://h/0?db=1&db=2", "more than once"),
+        ("redis://[::1/0", "is not a valid URL"),
+    ],
+)
+def test_bad_redis_urls_are_named(url: str, why: str) -> None:
+    message = error_of(env={"REDIS_URL": url})
+    assert_names(message, "environment", "redis_url", why, repr(url))
+
+
+def test_sentinel_url_needs_no_host() -> None:
+    config = Config(redis_url="redis://:pw@/2", sentinels=["s1:26379"], sentinel_master="m")
+    assert config.redis_url == "redis://:pw@/2"
+
+
+@pytest.mark.parametrize("address", ["s1:99999", "s1:0", "s1:²", "u:pw@s1:26379", "s1/x:1"])
+def test_sentinel_addresses_need_a_plain_host_and_a_real_port(address: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        Config(sentinels=[address], sentinel_master="m")
+    assert_names(str(err.value), "sentinels", "port from 1 to 65535")
+
+
+# -- no password in any message ----------------------------------------------------
+
+SECRET = "s3cr3t-Pw"
+
+
+@pytest.mark.parametrize(
+    ("env", "masked"),
+    [
+        ({"REDIS_URL": f"http://user:{SECRET}@h:6379/0"}, "http://user:***@h:6379/0"),
+        ({"REDIS_URL": f"redis://:{SECRET}@h:99999/0"}, "redis://:***@h:99999/0"),
+        ({"REDIS_URL": f"rediss://:{SECRET}@h:6380/abc"}, "rediss://:***@h:6380/abc"),
+        ({"REDIS_URL": f"redis://h:1/0?password={SECRET}&db=x"},
+         "redis://h:1/0?password=***&db=x"),
+        ({"REDIS_URL": f"redis://:pa/{SECRET}@h/0?foo=1"}, "redis://:***@h/0?foo=1"),
+        ({"REDIS_URL": f"redis://{SECRET}@h:0/0"}, "redis://***@h:0/0"),
+        ({"REDIS_URL": f":{SECRET}@localhost:6379"}, ":***@localhost:6379"),
+        ({"WURK_REDIS_URL": f"unix://:{SECRET}@/"}, "unix://:***@/"),
+        ({"WURK_METRICS_URL": f"tcp://u:{SECRET}@h:1"}, "tcp://u:***@h:1"),
+        ({"WURK_SENTINELS": f"u:{SECRET}@s1:26379", "WURK_SENTINEL_MASTER": "m"},
+         "u:***@s1:26379"),
+    ],
+)
+def test_errors_never_show_a_password(env: dict[str, str], masked: str) -> None:
+    message = error_of(env=env)
+    assert SECRET not in message
+    assert masked in message
+
+
+def test_type_and_unknown_key_errors_never_show_a_password(tmp_path: Path) -> None:
+    for line in (f"sentinel_password = [\"{SECRET}\"]",
+                 f'redis_ur = "redis://:{SECRET}@h:6379/0"',
+                 f'redis_password = "{SECRET}"',
+                 f'extra = {{ url = "redis://:{SECRET}@h", password = "{SECRET}" }}'):
+        message = error_of(write_toml(tmp_path, f"[wurk]\n{line}\n"), env={})
+        assert SECRET not in message and "***" in message, message
+    message = error_of(write_toml(tmp_path, f'wurk = "redis://:{SECRET}@h"\n'), env={})
+    assert SECRET not in message and "***" in message
+
+
+def test_repr_of_a_config_never_shows_a_password() -> None:
+    config = Config(redis_url=f"redis://app:{SECRET}@h:6379/0?password={SECRET}",
+                    sentinels=["s1:26379"], sentinel_master="m", sentinel_password=SECRET)
+    shown = repr(config)
+    assert SECRET not in shown and SECRET not in str(config)
+    assert "redis_url='redis://app:***@h:6379/0?password=***'" in shown
+    assert "concurrency=10" in shown
+
+
+def test_a_bad_redis_url_in_the_process_environment_blames_the_environment(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REDIS_URL", "redis://h:6379/abc")
+    assert_names(error_of(), "environment: redis_url", "'redis://h:6379/abc'")
+    assert_names(error_of(redis_url="redis://h:1/x"), "arguments: redis_url", "'redis://h:1/x'")

@@ -257,9 +257,9 @@ def test_a_lost_reply_is_replayed_without_a_second_copy(pair: Pair) -> None:
 
 
 def test_push_replicas_settings_are_checked() -> None:
-    with pytest.raises(ConfigError, match="push_replicas must not be negative"):
+    with pytest.raises(ConfigError, match="push_replicas must be from 0 to 100"):
         Config(push_replicas=-1)
-    with pytest.raises(ConfigError, match="push_replicas_timeout must be positive"):
+    with pytest.raises(ConfigError, match=r"push_replicas_timeout must be from 0\.01 to 60"):
         Config(push_replicas_timeout=0)
     config = Config.load(env={"WURK_PUSH_REPLICAS": "2", "WURK_PUSH_REPLICAS_TIMEOUT": "0.5"})
     assert (config.push_replicas, config.push_replicas_timeout) == (2, 0.5)

@@ -225,3 +225,127 @@ def test_profile_command_failures(r: redis.Redis, cli: Cli) -> None:
                                "data": gzip.compress(b"{}")})
     code, _, err = cli("show", "ruby-j1")
     assert code == 1 and "not cprofile" in err
+
+
+# -- hostile values in Redis: nothing outside DIR, no marshal, one clear line ----------
+
+def recorded(config: Config, r: redis.Redis, **fields: bytes | str) -> str:
+    """A real profile's key, with ``fields`` then overwritten in Redis directly."""
+    profiler.profiled(config, {"class": "Evil", "jid": "e1", "profile": "ev"},
+                      lambda: profiled_work_marker(100))
+    if fields:
+        r.hset("ev-e1", mapping=fields)
+    return "ev-e1"
+
+
+def tree(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*")}
+
+
+@pytest.mark.parametrize("filename", [
+    "../../escaped.prof", "../escaped.prof", "/tmp/wurk-absolute-escape.prof", "sub/x.prof",
+    "x\0y.prof", ".hidden.prof", "..", "a" * 5000 + ".prof", "ok\n.prof", "nul.txt", "",
+])
+def test_save_never_writes_outside_the_directory(config: Config, r: redis.Redis, cli: Cli,
+                                                 tmp_path: Path, filename: str) -> None:
+    key = recorded(config, r, filename=filename)
+    target = tmp_path / "a" / "b" / "out"
+    target.mkdir(parents=True)
+    code, out, err = cli("save", key, str(target), "--json")
+    assert (code, err) == (0, ""), err
+    [written] = target.iterdir()
+    assert tree(tmp_path) == {"a", "a/b", "a/b/out", f"a/b/out/{written.name}"}
+    assert written.name == "ev-e1.prof" and json.loads(out)["path"] == str(written)
+    assert not Path("/tmp/wurk-absolute-escape.prof").exists()
+    assert any(name == "profiled_work_marker"
+               for _, _, name in pstats.Stats(str(written)).stats)  # type: ignore[attr-defined]
+
+
+def test_save_keeps_a_plain_stored_name_and_never_overwrites_or_follows(
+        config: Config, r: redis.Redis, cli: Cli, tmp_path: Path) -> None:
+    key = recorded(config, r, filename="ev-Evil-e1-20260101-000000.prof")
+    assert cli("save", key, str(tmp_path))[0] == 0
+    assert (tmp_path / "ev-Evil-e1-20260101-000000.prof").stat().st_size > 0
+    code, _, err = cli("save", key, str(tmp_path))
+    assert code == 1 and "already exists" in err and len(err.splitlines()) == 1
+    outside = tmp_path.parent / f"{tmp_path.name}-victim"
+    outside.write_text("keep me")
+    folder = tmp_path / "links"
+    folder.mkdir()
+    (folder / "ev-Evil-e1-20260101-000000.prof").symlink_to(outside)
+    code, _, err = cli("save", key, str(folder))
+    assert code == 1 and len(err.splitlines()) == 1
+    named = tmp_path / "named.prof"
+    named.symlink_to(outside)
+    code, _, err = cli("save", key, str(named))
+    assert code == 1 and len(err.splitlines()) == 1
+    assert outside.read_text() == "keep me"
+
+
+def nested(depth: int) -> bytes:
+    """Tuples in tuples, deeper than marshal itself would write."""
+    return b")\x01" * depth + b")\x00"
+
+
+SHAPE = {("f.py", 1, "f"): (1, 1, 0.5, 0.5, {})}
+HOSTILE = {
+    "not-gzip": b"this is not gzip",
+    "truncated-gzip": gzip.compress(marshal.dumps(SHAPE))[:-9],
+    "code-object": gzip.compress(marshal.dumps(compile("open('/tmp/pwned', 'w')", "x", "exec"))),
+    "deep-nesting": gzip.compress(nested(100_000)),
+    "not-a-dict": gzip.compress(marshal.dumps([1, 2, 3])),
+    "wrong-row": gzip.compress(marshal.dumps({("f.py", 1, "f"): ("a", "b", "c", "d", {})})),
+    "unhashable-key": gzip.compress(b"{)\x03[\x00\x00\x00\x00i\x01\x00\x00\x00i\x01\x00\x00\x000"),
+    # A dict (flagged for back-references) whose key refers to the dict itself.
+    "self-reference": gzip.compress(b"\xfb)\x03r" + bytes(4) + (b"i" + bytes(4)) * 2 + b"0"),
+    "trailing-bytes": gzip.compress(marshal.dumps(SHAPE) + b"N"),
+    "huge-count": gzip.compress(b"(\xff\xff\xff\x7f"),
+    "set": gzip.compress(marshal.dumps({frozenset({1}): 1})),
+}
+
+
+@pytest.mark.parametrize("data", HOSTILE.values(), ids=list(HOSTILE))
+def test_crafted_profile_data_is_refused_in_one_line(config: Config, r: redis.Redis, cli: Cli,
+                                                     tmp_path: Path, data: bytes) -> None:
+    key = recorded(config, r, data=data)
+    for argv in (("show", key), ("save", key, str(tmp_path))):
+        code, out, err = cli(*argv)
+        assert (code, out) == (1, ""), err
+        [line] = err.splitlines()
+        assert line.startswith(f"wurk: cannot read profile '{key}': its data ")
+    assert tree(tmp_path) == set()
+    assert not Path("/tmp/pwned").exists()
+
+
+def test_sizes_from_redis_are_bounded(config: Config, r: redis.Redis, cli: Cli,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("wurk.api.profile_data.MAX_PROFILE_BYTES", 1 << 20)
+    key = recorded(config, r, data=gzip.compress(b"\0" * (2 << 20)), size="-1")
+    code, _, err = cli("show", key)
+    assert code == 1 and "unzips to more than 1048576 bytes" in err
+    monkeypatch.setattr("wurk.api.profiles.MAX_STORED_BYTES", 1000)
+    r.hset(key, "data", b"x" * 2000)
+    code, _, err = cli("show", key)
+    assert code == 1 and "larger than 1000 bytes" in err
+
+
+def test_show_never_hands_redis_data_to_marshal(config: Config, r: redis.Redis, cli: Cli,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*_: object) -> None:
+        raise AssertionError("marshal was called on data from Redis")
+
+    key = recorded(config, r)
+    monkeypatch.setattr(marshal, "loads", refuse)
+    monkeypatch.setattr(marshal, "load", refuse)
+    code, out, err = cli("show", key, "--limit", "100")
+    assert code == 0 and "profiled_work_marker" in out, err
+
+
+def test_control_characters_from_redis_are_escaped(config: Config, r: redis.Redis,
+                                                   cli: Cli) -> None:
+    key = recorded(config, r, jid="j\x1b[2J")
+    code, out, _ = cli("show", key)
+    assert code == 0 and "\x1b" not in out and "job j\\x1b[2J ran" in out
+    recorded(config, r, type="\x1b]0;owned\x07cprofile")
+    code, out, _ = cli("list")
+    assert code == 0 and "\x1b" not in out and "\\x1b]0;owned\\x07cprofile" in out

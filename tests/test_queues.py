@@ -8,7 +8,8 @@ from collections import Counter
 
 import pytest
 
-from wurk.queues import QueueSpecError, parse_queue, parse_queues
+from wurk.limits import MAX_QUEUE_WEIGHT
+from wurk.queues import QueuePlan, QueueSpecError, parse_queue, parse_queues
 
 DRAWS = 6000
 
@@ -124,6 +125,22 @@ def test_order_uses_global_random_without_rng() -> None:
     assert seen == {("a", "b"), ("b", "a")}
 
 
+def test_order_costs_nothing_per_unit_of_weight() -> None:
+    # Weights are never expanded into a list: a weight of 10**12 costs what 1 does.
+    plan = QueuePlan(names=("huge", "tiny"), weight_of=(10**12, 1), strict=False)
+    rng = random.Random(11)
+    firsts = Counter(plan.order(rng)[0] for _ in range(DRAWS))
+    assert firsts["huge"] >= DRAWS - 1
+    assert sorted(plan.order(rng)) == ["huge", "tiny"]
+
+
+def test_the_heaviest_weight_allowed_is_parsed_and_ordered() -> None:
+    plan = parse_queues([f"a:{MAX_QUEUE_WEIGHT}", "b:1", f"a:{MAX_QUEUE_WEIGHT}"])
+    assert plan.weights() == {"a": 2 * MAX_QUEUE_WEIGHT, "b": 1}
+    firsts, _ = first_counts([f"a:{MAX_QUEUE_WEIGHT}", "b:1"])
+    assert firsts["b"] / DRAWS == pytest.approx(1 / (MAX_QUEUE_WEIGHT + 1), abs=0.003)
+
+
 # -- parsing -----------------------------------------------------------------
 
 
@@ -154,6 +171,10 @@ def test_parse_queue(spec: str, expected: tuple[str, int | None]) -> None:
         ("a:", "non-integer weight"),
         ("a:1.5", "non-integer weight"),
         ("a:-1", "negative weight"),
+        ("a:--1", "non-integer weight"),
+        ("a:1_000", "non-integer weight"),
+        (f"a:{MAX_QUEUE_WEIGHT + 1}", f"weight above {MAX_QUEUE_WEIGHT}"),
+        ("a:100000000000", f"weight above {MAX_QUEUE_WEIGHT}"),
     ],
 )
 def test_parse_queue_errors(spec: str, why: str) -> None:

@@ -107,6 +107,35 @@ def test_slot_max_memory_zero_overrides_the_shared_limit() -> None:
     assert parse(document, HERE).slots[0].max_memory_mb == 0
 
 
+@pytest.mark.parametrize(("document", "where", "needle"), [
+    (minimal(wurk={"shutdown_timeout": 1e10}), "[wurk]", "shutdown_timeout must be from 0 to"),
+    (minimal(wurk={"concurrency": 10_000_000}), "[wurk]", "concurrency must be from 1 to"),
+    (minimal(slot=[{"name": "a", "concurrency": 10_000_000}]), "slot 'a'", "concurrency"),
+    (minimal(slot=[{"name": "a", "queues": ["q:100000000000"]}]), "slot 'a'", "weight above"),
+    (minimal(slot=[{"name": "a", "redis_url": "redis://:pw1234@h:99999/0"}]), "slot 'a'",
+     "redis_url must have a port from 1 to 65535, got 'redis://:***@h:99999/0'"),
+    (minimal(wurk={"redis_url": "redis://h:6379/abc"}), "[wurk]", "db that is a non-negative"),
+], ids=["timeout", "concurrency", "slot-concurrency", "weight", "port", "db"])
+def test_config_ranges_and_the_redis_url_apply_to_every_table(
+        document: dict[str, Any], where: str, needle: str) -> None:
+    message = error_of(document)
+    assert where in message and needle in message and "pw1234" not in message
+
+
+def test_check_exits_78_on_a_setting_out_of_range(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    toml = tmp_path / "bad.toml"
+    toml.write_text(textwrap.dedent("""\
+        [wurk]
+        shutdown_timeout = 1e10
+        [[slot]]
+        name = "a"
+        """))
+    assert cli.main(["--topology", str(toml), "--check"]) == 78
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"wurk-swarm: {toml}: [wurk]: shutdown_timeout must be from 0 to")
+
+
 # -- malformed topologies: each names the key ----------------------------------------
 
 @pytest.mark.parametrize(("document", "key"), [

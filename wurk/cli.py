@@ -31,6 +31,7 @@ from wurk import admin
 from wurk import logging as wlog
 from wurk.config import Config, ConfigError, configure
 from wurk.launcher import Launcher, dump_threads
+from wurk.redaction import redact_text
 from wurk.version import __version__
 
 EX_USAGE = 64
@@ -81,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         load_modules(config.require)
     except ImportError as exc:
-        print(f"wurk: cannot load jobs: {exc}", file=sys.stderr)
+        print(redact_text(f"wurk: cannot load jobs: {exc}"), file=sys.stderr)
         return EX_CONFIG
     return run_worker(config)
 

@@ -6,7 +6,9 @@ Duties:
 2. Load the ``[wurk]`` table of a TOML file and ``REDIS_URL`` / ``WURK_*``
    environment variables, coercing strings to the field's type.
 3. Validate, raising :class:`ConfigError` that names the source, the key and
-   the bad value.
+   the bad value (every number within its range in :mod:`wurk.limits`, the
+   Redis URL whole by :mod:`wurk.redis_url`); a value that may hold a
+   password is quoted through :mod:`wurk.redaction`, as is ``repr(config)``.
 4. Own the process's Redis pool, built lazily so a forked child builds its own.
 
 Hooks (error, death, Redis error handlers and server middleware) are Python
@@ -24,7 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from wurk.config_checks import problems
 from wurk.queues import QueueSpecError, parse_queues
+from wurk.redaction import shown
 from wurk.redis_pool import RedisErrorHook, RedisPool
 
 if TYPE_CHECKING:
@@ -40,7 +44,7 @@ class ConfigError(ValueError):
     """A setting is missing, unknown or has a bad value; the message says which."""
 
 
-@dataclass
+@dataclass(repr=False)
 class Config:
     redis_url: str = field(default_factory=lambda: os.environ.get("REDIS_URL", DEFAULT_REDIS_URL))
     # Redis Sentinel: "host:port" of each sentinel and the master's name. The
@@ -161,16 +165,23 @@ class Config:
         if unknown:
             key = unknown[0]
             raise ConfigError(f"{where.get(key, source)}: unknown key {key!r} "
-                              f"(set to {values[key]!r})")
+                              f"(set to {shown(key, values[key], unknown=True)})")
         for name, value in values.items():
             check_type(name, value, where.get(name, source))
         config = cls.__new__(cls)
-        defaults = cls()
+        # Not cls(): that would validate the defaults (REDIS_URL included)
+        # and blame "arguments" for a value that came from the environment.
         for f in dataclasses.fields(cls):
-            setattr(config, f.name, values.get(f.name, getattr(defaults, f.name)))
+            setattr(config, f.name, values[f.name] if f.name in values else _field_default(f))
         config._pool = None
         validate(config, source=source, sources=where)
         return config
+
+    def __repr__(self) -> str:
+        # Hand-written so the URLs' passwords stay out of logs and tracebacks.
+        fields = ", ".join(f"{f.name}={shown(f.name, getattr(self, f.name))}"
+                           for f in dataclasses.fields(self) if f.repr)
+        return f"{type(self).__name__}({fields})"
 
     # -- derived ----------------------------------------------------------
     @property
@@ -197,6 +208,10 @@ class Config:
         if self._pool is not None:
             self._pool.close()
         self._pool = None
+
+
+def _field_default(f: dataclasses.Field[Any]) -> Any:
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
 
 
 # Fields a file or the environment may set; hooks are code-only.
@@ -259,27 +274,11 @@ def check_type(name: str, value: Any, source: str) -> None:
     # bool is an int subclass; "concurrency = true" is a mistake, not 1.
     if (isinstance(value, bool) and bool not in allowed) or not isinstance(value, allowed):
         wanted = " or ".join(t.__name__ for t in allowed)
-        raise ConfigError(f"{source}: {name} must be {wanted}, got {value!r}")
+        raise ConfigError(f"{source}: {name} must be {wanted}, got {shown(name, value)}")
     if isinstance(value, list) and not all(isinstance(v, str) for v in value):
-        raise ConfigError(f"{source}: {name} must be a list of strings, got {value!r}")
+        raise ConfigError(f"{source}: {name} must be a list of strings, got {shown(name, value)}")
     if isinstance(value, float) and not math.isfinite(value):
-        raise ConfigError(f"{source}: {name} must be a finite number, got {value!r}")
-
-
-_CHOICES = {
-    "timestamps": ("float", "ms"),
-    "log_format": ("auto", "json", "console"),
-    "log_level": ("debug", "info", "warning", "error", "critical"),
-}
-_AT_LEAST_ONE = ("concurrency", "redis_retry_attempts", "redis_pool_size", "push_buffer_size",
-                 "profile_ttl")
-_NON_NEGATIVE = ("shutdown_timeout", "push_flush_timeout", "dead_timeout", "max_retries",
-                 "dead_max_jobs", "max_recoveries", "push_replicas")
-_POSITIVE = ("heartbeat_interval", "fetch_timeout", "average_scheduled_poll_interval",
-             "poll_interval_average", "redis_connect_timeout", "redis_read_timeout",
-             "redis_retry_cap", "reliable_poll_interval", "reaper_interval",
-             "push_replicas_timeout", "spool_interval")
-_URL_SCHEMES = ("redis://", "rediss://", "unix://")
+        raise ConfigError(f"{source}: {name} must be a finite number, got {shown(name, value)}")
 
 
 def validate(config: Config, *, source: str, sources: Mapping[str, str] | None = None) -> None:
@@ -288,63 +287,13 @@ def validate(config: Config, *, source: str, sources: Mapping[str, str] | None =
     ``sources`` maps a key to where its value came from when that is not ``source``.
     """
     where = sources or {}
-    for key, why in _problems(config):
+    for key, why in problems(config):
         raise ConfigError(f"{where.get(key, source)}: {key} {why}, "
-                          f"got {getattr(config, key)!r}")
+                          f"got {shown(key, getattr(config, key))}")
     try:
         parse_queues(config.queues)
     except QueueSpecError as exc:
         raise ConfigError(f"{where.get('queues', source)}: queues {exc}") from None
-
-
-def _problems(config: Config) -> list[tuple[str, str]]:
-    def value(key: str) -> Any:
-        return getattr(config, key)
-
-    found = [(k, f"must be one of {', '.join(v)}") for k, v in _CHOICES.items()
-             if str(value(k)).lower() not in v]
-    found += [(k, "must be at least 1") for k in _AT_LEAST_ONE
-              if value(k) is not None and value(k) < 1]
-    found += [(k, "must not be negative") for k in _NON_NEGATIVE
-              if value(k) is not None and value(k) < 0]
-    found += [(k, "must be positive") for k in _POSITIVE if value(k) is not None and value(k) <= 0]
-    if not config.queues:
-        found.append(("queues", "must name at least one queue"))
-    if bool(config.sentinels) != bool(config.sentinel_master):
-        found.append(("sentinel_master", "must be set exactly when sentinels are"))
-    bad_address = next((a for a in config.sentinels if not _is_host_port(a)), None)
-    if bad_address is not None:
-        found.append(("sentinels", f"must be host:port entries ({bad_address!r} is not)"))
-    if not config.redis_url.startswith(_URL_SCHEMES):
-        found.append(("redis_url", f"must start with {', '.join(_URL_SCHEMES)}"))
-    return found + _observability_problems(config)
-
-
-def _observability_problems(config: Config) -> list[tuple[str, str]]:
-    found: list[tuple[str, str]] = []
-    # Imported only when set: these modules are not needed by a config without them.
-    try:
-        if config.metrics_url is not None:
-            from wurk.metrics import parse_url  # noqa: PLC0415
-
-            parse_url(config.metrics_url)
-    except ValueError as exc:
-        found.append(("metrics_url", str(exc)))
-    try:
-        if config.health_listen is not None:
-            from wurk.health import parse_listen  # noqa: PLC0415
-
-            parse_listen(config.health_listen)
-    except ValueError as exc:
-        found.append(("health_listen", str(exc)))
-    if config.metrics_prometheus and config.health_listen is None:
-        found.append(("metrics_prometheus", "needs health_listen (it is served there)"))
-    return found
-
-
-def _is_host_port(address: str) -> bool:
-    host, _, port = address.rpartition(":")
-    return bool(host) and port.isdigit()
 
 
 def read_toml_table(path: Path) -> dict[str, Any]:
@@ -358,7 +307,7 @@ def read_toml_table(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from None
     table = document.get("wurk", {})
     if not isinstance(table, dict):
-        raise ConfigError(f"{path}: wurk must be a table, got {table!r}")
+        raise ConfigError(f"{path}: wurk must be a table, got {shown('wurk', table, unknown=True)}")
     return dict(table)
 
 
@@ -389,7 +338,7 @@ def coerce(name: str, raw: str) -> Any:
             return int(number) if number.is_integer() and int in allowed else number
     except ValueError:
         wanted = " or ".join(t.__name__ for t in allowed if t is not type(None))
-        raise ConfigError(f"{where} must be {wanted}, got {raw!r}") from None
+        raise ConfigError(f"{where} must be {wanted}, got {shown(name, raw)}") from None
     return raw
 
 

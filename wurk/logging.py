@@ -16,6 +16,11 @@ Where an event goes, decided at each call:
    logger name, as one "event key=value ..." message. wurk adds only a
    ``NullHandler`` to the ``wurk`` logger, so it prints nothing, on stdout or
    stderr, unless the application's logging configuration says so.
+
+Every string value that holds a URL goes through
+:func:`wurk.redaction.redact_text` before it is rendered or handed to
+``logging``, exception text included: a log line never carries a URL's
+password.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ from collections.abc import MutableMapping
 from typing import Any
 
 import structlog
+
+from wurk.redaction import redact_text
 
 
 class StderrLineLogger:
@@ -43,6 +50,15 @@ class StderrLineLogger:
             pass  # stderr closed: logging must never take the process down
 
     log = debug = info = warn = warning = error = critical = exception = fatal = msg
+
+
+def redact_urls(_logger: Any, _method: str,
+                event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """A structlog processor: mask the password of any URL in a string value."""
+    for key, value in event.items():
+        if isinstance(value, str) and "://" in value:
+            event[key] = redact_text(value)
+    return event
 
 
 def _factory(*_args: Any) -> StderrLineLogger:
@@ -119,6 +135,7 @@ def setup(level: str = "info", fmt: str = "auto") -> None:
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
+            redact_urls,
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(_threshold),
@@ -149,7 +166,7 @@ class Logger:
         self._stdlib: Any = structlog.wrap_logger(
             logging.getLogger(name), wrapper_class=structlog.stdlib.BoundLogger,
             processors=[structlog.stdlib.filter_by_level, structlog.contextvars.merge_contextvars,
-                        _as_message],
+                        redact_urls, _as_message],
             cache_logger_on_first_use=False)
 
     def _target(self) -> Any:

@@ -1,15 +1,26 @@
 """Queue lists and the order a fetch asks Redis for them.
 
 Sidekiq semantics: queues given without weights are polled in strict order;
-with weights, each queue appears ``weight`` times in a list that is shuffled
-and de-duplicated on every fetch, so heavier queues come first more often
-without starving lighter ones.
+with weights, each fetch orders the queues as if each appeared ``weight``
+times in a list that was shuffled and de-duplicated, so heavier queues come
+first more often without starving lighter ones.
+
+Duties:
+1. Parse ``name[:weight]`` entries, refusing empty names and weights that
+   are not integers from 0 to :data:`wurk.limits.MAX_QUEUE_WEIGHT`.
+2. :meth:`QueuePlan.order`: that weighted order in time and memory that
+   grow with the number of queues, never with their weights.
 """
 
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass
+
+from wurk.limits import MAX_QUEUE_WEIGHT
+
+_INTEGER = re.compile(r"-?[0-9]+")
 
 
 class QueueSpecError(ValueError):
@@ -19,19 +30,24 @@ class QueueSpecError(ValueError):
 @dataclass(frozen=True)
 class QueuePlan:
     names: tuple[str, ...]          # unique, in configured order
-    weighted: tuple[str, ...]       # each name repeated weight times
+    weight_of: tuple[int, ...]      # each name's weight, at least 1, aligned with names
     strict: bool
 
     def order(self, rng: random.Random | None = None) -> list[str]:
         """The queue names to poll this time, highest priority first."""
         if self.strict:
             return list(self.names)
-        pool = list(self.weighted)
-        (rng or random).shuffle(pool)
-        return list(dict.fromkeys(pool))
+        # The first copy of a shuffled multiset is queue i with chance w_i / W,
+        # and the rest follow the same rule among the queues left: weighted
+        # sampling without replacement. An exponential clock of rate w_i per
+        # queue, sorted, draws exactly that order without expanding anything.
+        draw = rng or random
+        clocks = [(draw.expovariate(weight), name)
+                  for name, weight in zip(self.names, self.weight_of, strict=True)]
+        return [name for _, name in sorted(clocks)]
 
     def weights(self) -> dict[str, int]:
-        return {name: self.weighted.count(name) for name in self.names}
+        return dict(zip(self.names, self.weight_of, strict=True))
 
 
 def parse_queue(spec: str) -> tuple[str, int | None]:
@@ -46,12 +62,13 @@ def parse_queue(spec: str) -> tuple[str, int | None]:
         raise QueueSpecError(f"has an empty queue name in {spec!r}")
     if weight_text is None:
         return name, None
-    try:
-        weight = int(weight_text)
-    except ValueError:
-        raise QueueSpecError(f"has a non-integer weight in {spec!r}") from None
+    if not _INTEGER.fullmatch(weight_text):
+        raise QueueSpecError(f"has a non-integer weight in {spec!r}")
+    weight = int(weight_text)
     if weight < 0:
         raise QueueSpecError(f"has a negative weight in {spec!r}")
+    if weight > MAX_QUEUE_WEIGHT:
+        raise QueueSpecError(f"has a weight above {MAX_QUEUE_WEIGHT} in {spec!r}")
     return name, weight
 
 
@@ -61,12 +78,9 @@ def parse_queues(specs: list[str]) -> QueuePlan:
         raise QueueSpecError("is empty")
     # As Sidekiq: strict unless some queue has a weight above 0.
     strict = all(not weight for _, weight in parsed)
-    names = tuple(dict.fromkeys(name for name, _ in parsed))
-    weighted: list[str] = []
+    totals: dict[str, int] = {}
     for name, weight in parsed:
-        weighted.extend([name] * (1 if weight is None else max(weight, 0)))
-    # A queue given weight 0 is still polled, just never ahead of the others.
-    for name in names:
-        if name not in weighted:
-            weighted.append(name)
-    return QueuePlan(names=names, weighted=tuple(weighted), strict=strict)
+        totals[name] = totals.get(name, 0) + (1 if weight is None else weight)
+    # A queue given weight 0 is still polled, with the smallest weight there is.
+    return QueuePlan(names=tuple(totals), weight_of=tuple(max(w, 1) for w in totals.values()),
+                     strict=strict)

@@ -34,7 +34,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import redis
@@ -274,7 +274,7 @@ class SentinelSettings:
 
     sentinels: tuple[tuple[str, int], ...]
     master: str
-    password: str | None = None
+    password: str | None = field(default=None, repr=False)
 
     @classmethod
     def from_config(cls, config: Config) -> SentinelSettings | None:

@@ -42,7 +42,6 @@ from __future__ import annotations
 import argparse
 import sys
 from typing import Any, TextIO
-from urllib.parse import urlsplit, urlunsplit
 
 import redis.exceptions as rx
 
@@ -58,6 +57,7 @@ from wurk.admin.registry import (
 )
 from wurk.api import JobNotFoundError, ProcessControlError, UnknownProcessError, UnknownQueueError
 from wurk.config import Config, ConfigError
+from wurk.redaction import redact_text, redact_url
 
 EX_FAILED = 1
 EX_USAGE = 2
@@ -108,6 +108,7 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None,
         return command.run(ctx, args) or 0
     except (UsageError, *NAMED_FAILURES, rx.RedisError) as exc:
         status, message = failure(exc, config)
+        message = redact_text(message)
         print(f"wurk {command.name}: {message}" if status == EX_USAGE else f"wurk: {message}",
               file=err or sys.stderr)
         return status
@@ -121,16 +122,8 @@ def failure(exc: Exception, config: Config) -> tuple[int, str]:
         return EX_USAGE, str(exc)
     if isinstance(exc, rx.ConnectionError | rx.TimeoutError):
         reason = exc.__cause__ or exc
-        return EX_FAILED, f"cannot reach Redis at {redacted(config.redis_url)}: {reason}"
+        return EX_FAILED, f"cannot reach Redis at {redact_url(config.redis_url)}: {reason}"
     if isinstance(exc, rx.RedisError):
-        return EX_FAILED, f"Redis at {redacted(config.redis_url)} answered: {exc}"
+        return EX_FAILED, f"Redis at {redact_url(config.redis_url)} answered: {exc}"
     return EX_FAILED, str(exc)
 
-
-def redacted(url: str) -> str:
-    """The URL with its password, if any, replaced by ``***``."""
-    parts = urlsplit(url)
-    if not parts.password:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))

@@ -9,24 +9,34 @@ Duties:
    and ``megabytes``; ``clip`` shortens long cells.
 4. ``to_json``: the stable ``--json`` document, indented, keys in the order
    the command built them.
+5. ``printable``: text from Redis shown with its control characters escaped,
+   so a crafted job argument or profile name cannot drive the terminal
+   (``table`` and ``fields`` apply it to every cell).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from typing import Any
 
 GAP = "  "
 CLIP = 60
 _UNITS = (("d", 86_400), ("h", 3_600), ("m", 60), ("s", 1))
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` with C0/C1 control characters (ESC, CR, NUL...) as ``\\xNN`` escapes."""
+    return _CONTROL.sub(lambda match: f"\\x{ord(match.group()):02x}", text)
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, empty: str) -> list[str]:
     """The lines of an aligned table (the last column is never padded)."""
     if not rows:
         return [empty]
-    cells = [[str(h) for h in headers], *[[str(c) for c in row] for row in rows]]
+    cells = [[str(h) for h in headers], *[[printable(str(c)) for c in row] for row in rows]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     return [GAP.join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
             .rstrip() for row in cells]
@@ -34,7 +44,7 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, empty: str) 
 
 def fields(pairs: Sequence[tuple[str, Any]]) -> list[str]:
     width = max((len(name) for name, _ in pairs), default=0)
-    return [f"{name.ljust(width)}{GAP}{value}" for name, value in pairs]
+    return [f"{name.ljust(width)}{GAP}{printable(str(value))}" for name, value in pairs]
 
 
 def duration(seconds: float) -> str:

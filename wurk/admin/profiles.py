@@ -5,10 +5,12 @@ Duties:
    expired ones from the ``profiles`` index as Sidekiq 8's readers do.
 2. ``show KEY``: the profile's heaviest functions by ``--sort``
    (cumulative time unless told otherwise), at most ``--limit`` of them.
-3. ``save KEY PATH``: write the profile as a ``.prof`` file (a directory
-   gets the stored file name) for ``python -m pstats`` or snakeviz.
+3. ``save KEY PATH``: write the profile as a ``.prof`` file for
+   ``python -m pstats`` or snakeviz; in a directory, a new file under the
+   stored name only if it is a plain file name (else one made from KEY).
 4. Name an unknown or expired key, or a profile wurk cannot read (a Ruby
-   Vernier one for ``show``), and exit 1.
+   Vernier one for ``show``, or data that is not a profile wurk wrote:
+   :mod:`wurk.api.profile_data` checks it), in one line, and exit 1.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import argparse
 from dataclasses import asdict
 from typing import Any
 
-from wurk.admin.output import clip, table, when
+from wurk.admin.output import clip, printable, table, when
 from wurk.admin.registry import AdminCommand, CommandError, Context, UsageError
 from wurk.api.profiles import SORTS, ProfileNotFoundError, ProfileSet
 
@@ -76,7 +78,7 @@ def render_show(payload: Payload, now: float) -> list[str]:
              f["calls"] if f["calls"] == f["primitive_calls"]
              else f"{f['calls']}/{f['primitive_calls']}", clip(f["function"], 100))
             for f in payload["functions"]]
-    head = f"{payload['key']}: job {payload['jid']} ran {payload['elapsed']:.3f}s"
+    head = printable(f"{payload['key']}: job {payload['jid']} ran {payload['elapsed']:.3f}s")
     return [head, "", *table(("CUMTIME", "TOTTIME", "CALLS", "FUNCTION"), rows,
                              empty="(no functions recorded)")]
 

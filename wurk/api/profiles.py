@@ -6,20 +6,23 @@ Duties:
 2. List the profiles, newest first, as :class:`ProfileRecord` (the hash's
    fields without the data); a key whose hash already expired is skipped.
 3. Fetch one by key, raising :class:`ProfileNotFoundError` when it is gone,
-   and give its data unzipped: for wurk's ``cprofile`` type that is the
-   pstats marshal dump; Sidekiq's Vernier profiles are gzip JSON and come
-   out as JSON.
-4. Save one to a file (``.prof`` for cProfile: ``python -m pstats FILE`` and
-   snakeviz open it), load it as :class:`pstats.Stats`, or list its top
-   functions as :class:`FunctionStat` rows.
+   and give its data unzipped, within size limits checked before the data
+   is fetched: for wurk's ``cprofile`` type that is the pstats marshal
+   dump; Sidekiq's Vernier profiles are gzip JSON and come out as JSON.
+4. Read a ``cprofile`` table only through :mod:`wurk.api.profile_data`,
+   never ``marshal`` or ``pstats`` on the stored bytes: a crafted value is
+   refused with :class:`ProfileDataError`.
+5. Save one to a file (``.prof`` for cProfile: ``python -m pstats FILE`` and
+   snakeviz open it) under a name that cannot leave the directory, never
+   over an existing file or through a symlink; load it as
+   :class:`pstats.Stats`, or list its top functions as :class:`FunctionStat`.
 """
 
 from __future__ import annotations
 
-import gzip
+import marshal
 import os
 import pstats
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -28,11 +31,21 @@ from typing import Any, TextIO
 
 from wurk import keys
 from wurk.api.common import resolve, text, to_float, to_int
+from wurk.api.profile_data import (
+    MAX_STORED_BYTES,
+    ProfileDataError,
+    decode_stats,
+    gunzip,
+    safe_file_name,
+)
 from wurk.config import Config
 
 FIELDS = ("started_at", "token", "type", "jid", "filename", "elapsed", "size")
 # pstats' own sort names for the orders ``top`` offers.
 SORTS = ("cumulative", "tottime", "calls")
+Table = dict[tuple[str, int, str], tuple[Any, ...]]
+_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_NAMED_FILE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class ProfileNotFoundError(LookupError):
@@ -127,35 +140,83 @@ class ProfileSet:
 
     def data(self, key: str) -> bytes:
         """The profile's data, unzipped (a pstats dump for ``cprofile``)."""
+        # The size first: a value too big to use is never fetched.
+        size = int(self.config.pool.call("HSTRLEN", key, "data", idempotent=True))
+        if size > MAX_STORED_BYTES:
+            raise ProfileDataError(f"cannot read profile {key!r}: its data is larger than "
+                                   f"{MAX_STORED_BYTES} bytes")
         raw = self.config.pool.call("HGET", key, "data", idempotent=True)
         if raw is None:
             raise ProfileNotFoundError(key)
-        return gzip.decompress(raw)
+        try:
+            return gunzip(raw)
+        except ProfileDataError as exc:
+            raise ProfileDataError(f"cannot read profile {key!r}: {exc}") from None
 
-    def save(self, key: str, path: str | os.PathLike[str]) -> Path:
-        """Write the unzipped data to ``path`` (a directory gets the stored file name)."""
-        target = Path(path)
-        if target.is_dir():
-            target = target / (self.fetch(key).filename or f"{key}.prof")
-        target.write_bytes(self.data(key))
-        return target
-
-    def stats(self, key: str, stream: TextIO | None = None) -> pstats.Stats:
-        """A cProfile profile loaded as :class:`pstats.Stats` (printing to ``stream``)."""
+    def table(self, key: str) -> Table:
+        """A ``cprofile`` profile's stats table, decoded and checked without marshal."""
         record = self.fetch(key)
         if record.type != "cprofile":
             raise ValueError(f"profile {key!r} is of type {record.type!r}, not cprofile")
-        with tempfile.TemporaryDirectory(prefix="wurk-profile-") as folder:
-            return pstats.Stats(str(self.save(key, Path(folder) / "job.prof")), stream=stream)
+        data = self.data(key)
+        try:
+            return decode_stats(data)
+        except ProfileDataError as exc:
+            raise ProfileDataError(f"cannot read profile {key!r}: {exc}") from None
+
+    def save(self, key: str, path: str | os.PathLike[str]) -> Path:
+        """Write the profile to ``path``; a directory gets a new file named for the profile.
+
+        A ``cprofile`` profile is decoded and checked, then written as a
+        fresh marshal dump of the checked table, so the file pstats later
+        opens holds nothing the check did not see.
+        """
+        record = self.fetch(key)
+        data = marshal.dumps(self.table(key)) if record.type == "cprofile" else self.data(key)
+        target = Path(path)
+        if not target.is_dir():
+            _write(_NAMED_FILE, target, data)
+            return target
+        name = safe_file_name(record.filename, key)
+        folder = os.open(target, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            _write(_NEW_FILE, Path(name), data, dir_fd=folder)
+        finally:
+            os.close(folder)
+        return target / name
+
+    def stats(self, key: str, stream: TextIO | None = None) -> pstats.Stats:
+        """A cProfile profile loaded as :class:`pstats.Stats` (printing to ``stream``)."""
+        return pstats.Stats(_Loaded(self.table(key)), stream=stream)  # type: ignore[arg-type]
 
     def top(self, key: str, *, sort: str = "cumulative", limit: int = 25) -> list[FunctionStat]:
         """The ``limit`` functions that weigh most by ``sort`` (one of :data:`SORTS`)."""
         if sort not in SORTS:
             raise ValueError(f"sort must be one of {', '.join(SORTS)}, got {sort!r}")
-        # typeshed leaves out the table pstats keeps: (file, line, name) -> numbers.
-        table = self.stats(key).stats  # type: ignore[attr-defined]
+        table = self.table(key)
         rows = [FunctionStat(name if file == "~" else f"{file}:{line}({name})",
                              calls, primitive, tottime, cumtime)
                 for (file, line, name), (primitive, calls, tottime, cumtime, _) in table.items()]
         rows.sort(key=lambda row: row.sort_key(sort), reverse=True)
         return rows[:limit]
+
+
+class _Loaded:
+    """What :class:`pstats.Stats` takes in place of a profiler: a checked table."""
+
+    def __init__(self, table: Table) -> None:
+        self.stats = table
+
+    def create_stats(self) -> None:
+        """Nothing to do: the table is already complete."""
+
+
+def _write(flags: int, path: Path, data: bytes, dir_fd: int | None = None) -> None:
+    try:
+        fd = os.open(path, flags, 0o644, dir_fd=dir_fd)
+    except FileExistsError:
+        raise ValueError(f"{path} already exists; not overwriting it") from None
+    except OSError as exc:
+        raise ValueError(f"cannot write {path}: {exc.strerror}") from None
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
