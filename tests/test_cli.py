@@ -64,11 +64,12 @@ def child_env(redis_url: str, tmp_path: Path) -> dict[str, str]:
 class Worker:
     """One ``wurk run`` child with its stderr in a file (a pipe could fill and block it)."""
 
-    def __init__(self, args: list[str], env: dict[str, str], cwd: Path) -> None:
+    def __init__(self, args: list[str], env: dict[str, str], cwd: Path,
+                 before_run: tuple[str, ...] = ()) -> None:
         self.stderr_path = cwd / f"stderr-{new_jid()}.log"
         self._stderr = self.stderr_path.open("wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "wurk.cli", "run", *args], cwd=cwd, env=env,
+            [sys.executable, "-m", "wurk.cli", *before_run, "run", *args], cwd=cwd, env=env,
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._stderr,
         )
 
@@ -277,10 +278,12 @@ def test_bad_env_exits_78(redis_server: RedisServer, tmp_path: Path) -> None:
     (["-t", "1e10"], {}, None, "arguments: shutdown_timeout must be from 0 to 86400"),
     (["-c", "10000000"], {}, None, "arguments: concurrency must be from 1 to 1000"),
     (["-q", "a:100000000000"], {}, None, "arguments: queues has a weight above"),
-    ([], {"WURK_SHUTDOWN_TIMEOUT": "1e10"}, None, "environment: shutdown_timeout"),
-    ([], {"WURK_REDIS_POOL_SIZE": "99999999"}, None, "environment: redis_pool_size"),
-    ([], {"REDIS_URL": "redis://127.0.0.1:99999/0"}, None, "environment: redis_url"),
-    ([], {"REDIS_URL": "redis://127.0.0.1:6379/abc"}, None, "environment: redis_url"),
+    ([], {"WURK_SHUTDOWN_TIMEOUT": "1e10"}, None,
+     "environment: WURK_SHUTDOWN_TIMEOUT: shutdown_timeout"),
+    ([], {"WURK_REDIS_POOL_SIZE": "99999999"}, None,
+     "environment: WURK_REDIS_POOL_SIZE: redis_pool_size"),
+    ([], {"REDIS_URL": "redis://127.0.0.1:99999/0"}, None, "environment: REDIS_URL: redis_url"),
+    ([], {"REDIS_URL": "redis://127.0.0.1:6379/abc"}, None, "environment: REDIS_URL: redis_url"),
     ([], {}, 'queues = ["a:1000000", "b"]', "wurk.toml: queues has a weight above"),
     ([], {}, "reaper_interval = 1e9", "wurk.toml: reaper_interval must be from"),
 ])

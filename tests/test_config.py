@@ -141,7 +141,8 @@ def test_load_reads_process_environment_when_env_not_given(
     assert config.redis_url == "redis://fromenv:1/0"
 
 
-def test_precedence_defaults_toml_env_overrides(tmp_path: Path) -> None:
+def test_precedence_command_line_file_wurk_env_redis_url_default(tmp_path: Path) -> None:
+    """Issue #12: command line > config file > WURK_* > REDIS_URL > default."""
     path = write_toml(tmp_path, """
 [wurk]
 concurrency = 5
@@ -149,21 +150,45 @@ queues = ["from_toml"]
 tag = "toml"
 redis_url = "redis://toml:1/0"
 """)
-    env = {"WURK_CONCURRENCY": "7", "WURK_TAG": "env", "REDIS_URL": "redis://env:1/0"}
+    env = {"WURK_CONCURRENCY": "7", "WURK_TAG": "env", "WURK_MAX_RETRIES": "3",
+           "REDIS_URL": "redis://env:1/0"}
 
     config = Config.load(path, env=env, concurrency=9)
-    assert config.concurrency == 9           # override beats env
-    assert config.tag == "env"               # env beats TOML
-    assert config.redis_url == "redis://env:1/0"
-    assert config.queues == ["from_toml"]    # TOML beats default
-    assert config.max_retries == 25          # default when nobody sets it
+    assert config.concurrency == 9           # command line beats the file
+    assert config.tag == "toml"              # the file beats WURK_*
+    assert config.redis_url == "redis://toml:1/0"  # the file beats REDIS_URL
+    assert config.max_retries == 3          # WURK_* beats the default
+    assert config.dead_max_jobs == 10_000    # default when nobody sets it
 
-    assert Config.load(path, env=env).concurrency == 7
-    assert Config.load(path, env={}).concurrency == 5
-    assert Config.load(path, env={}).redis_url == "redis://toml:1/0"
-    assert Config.load(env={}).concurrency == 10
+    assert Config.load(path, env=env).concurrency == 5
+    assert Config.load(env=env).concurrency == 7
+    assert Config.load(env=env).redis_url == "redis://env:1/0"
+    both = {**env, "WURK_REDIS_URL": "redis://wurk:1/0"}
+    assert Config.load(env=both).redis_url == "redis://wurk:1/0"   # WURK_* beats REDIS_URL
+    assert Config.load(env=both, redis_url="redis://flag:1/0").redis_url == "redis://flag:1/0"
+    assert Config.load(env={}).redis_url == "redis://localhost:6379/0"
     # An override of None means "not given".
-    assert Config.load(path, env=env, concurrency=None).concurrency == 7
+    assert Config.load(path, env=env, concurrency=None).concurrency == 5
+
+
+@pytest.mark.parametrize(("env", "flag", "blamed"), [
+    ({"REDIS_URL": "bogus://x"}, None, "environment: REDIS_URL"),
+    ({"WURK_REDIS_URL": "bogus://x"}, None, "environment: WURK_REDIS_URL"),
+    ({"REDIS_URL": "redis://ok:1/0"}, "bogus://x", "arguments"),
+])
+def test_a_bad_redis_url_is_blamed_on_its_real_source(env: dict[str, str], flag: str | None,
+                                                      blamed: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        Config.load(env=env, redis_url=flag)
+    assert str(caught.value).startswith(f"{blamed}: redis_url ")
+
+
+@pytest.mark.parametrize("env", [{"REDIS_URL": "bogus://x"}, {"WURK_REDIS_URL": "bogus://x"}])
+def test_a_good_url_from_a_higher_source_hides_a_bad_lower_one(tmp_path: Path,
+                                                              env: dict[str, str]) -> None:
+    path = write_toml(tmp_path, '[wurk]\nredis_url = "redis://file:1/0"\n')
+    assert Config.load(path, env=env).redis_url == "redis://file:1/0"
+    assert Config.load(env=env, redis_url="redis://flag:1/0").redis_url == "redis://flag:1/0"
 
 
 def test_configure_installs_default(redis_server: Any) -> None:
@@ -277,7 +302,8 @@ def test_bad_env_values_are_named(var: str, raw: str) -> None:
 )
 def test_env_values_that_fail_validation_blame_the_environment(
         tmp_path: Path, env: dict[str, str], key: str, shown: str) -> None:
-    path = write_toml(tmp_path, "[wurk]\nconcurrency = 3\n")
+    # The file sets another key: one it set would win over the environment.
+    path = write_toml(tmp_path, "[wurk]\ntag = \"file\"\n")
     for message in (error_of(env=env), error_of(path, env=env)):
         assert_names(message, "environment", key, shown)
         assert str(path) not in message
@@ -506,5 +532,5 @@ def test_repr_of_a_config_never_shows_a_password() -> None:
 def test_a_bad_redis_url_in_the_process_environment_blames_the_environment(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("REDIS_URL", "redis://h:6379/abc")
-    assert_names(error_of(), "environment: redis_url", "'redis://h:6379/abc'")
+    assert_names(error_of(), "environment: REDIS_URL: redis_url", "'redis://h:6379/abc'")
     assert_names(error_of(redis_url="redis://h:1/x"), "arguments: redis_url", "'redis://h:1/x'")

@@ -55,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("-t", "--timeout", type=float, help="shutdown timeout in seconds")
     run.add_argument("-g", "--tag", help="a tag shown in the process list")
     run.add_argument("-C", "--config", help="TOML file with a [wurk] table")
+    run.add_argument("--redis-url", metavar="URL",
+                     help="Redis to use (default: the config's, WURK_REDIS_URL, REDIS_URL, "
+                          "or localhost)")
     run.add_argument("--log-level", help="debug, info, warning, error")
     admin.add_commands(sub)
     return parser
@@ -65,12 +68,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command != "run":
         return admin.run(args)
-    if args.global_config or args.global_redis_url or args.global_json:
-        # run's own -C would silently win over one given before it.
-        parser.error("give run's options after 'run' (wurk run -C FILE ...)")
+    if args.global_json:
+        parser.error("wurk run has no --json: it logs JSON lines whenever stderr "
+                     "is not a terminal (log_format)")
+    # -C and --redis-url work before 'run' as well as after it; given both
+    # ways with different values, neither silently wins.
+    config_path = _one_of(parser, "-C/--config", args.config, args.global_config)
+    redis_url = _one_of(parser, "--redis-url", args.redis_url, args.global_redis_url)
     try:
         config = Config.load(
-            args.config, require=args.require or None, queues=args.queue or None,
+            config_path, redis_url=redis_url, require=args.require or None,
+            queues=args.queue or None,
             concurrency=args.concurrency, shutdown_timeout=args.timeout, tag=args.tag,
             log_level=args.log_level,
         )
@@ -85,6 +93,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(redact_text(f"wurk: cannot load jobs: {exc}"), file=sys.stderr)
         return EX_CONFIG
     return run_worker(config)
+
+
+def _one_of(parser: argparse.ArgumentParser, flag: str, after: str | None,
+            before: str | None) -> str | None:
+    if after is not None and before is not None and after != before:
+        parser.error(f"{flag} given before and after 'run' with different values")
+    return after if after is not None else before
 
 
 def load_modules(names: Sequence[str]) -> list[ModuleType]:

@@ -143,12 +143,20 @@ class Config:
         env: Mapping[str, str] | None = None,
         **overrides: Any,
     ) -> Config:
-        """Defaults, then the TOML file's ``[wurk]`` table, then env, then overrides."""
-        values: dict[str, Any] = {}
-        sources: dict[str, str] = {}  # key -> where its value came from, for errors
+        """Each layer overrides the ones before it: defaults, ``REDIS_URL``,
+        ``WURK_*`` variables, the TOML file's ``[wurk]`` table, then ``overrides``
+        (the command line). An error names the layer that gave the bad value."""
+        environ = os.environ if env is None else env
+        values: dict[str, Any] = {"redis_url": DEFAULT_REDIS_URL}
+        sources: dict[str, str] = {"redis_url": "default"}  # key -> its value's source
+        if environ.get("REDIS_URL"):
+            values["redis_url"] = environ["REDIS_URL"]
+            sources["redis_url"] = "environment: REDIS_URL"
+        for name, value in from_wurk_env(environ).items():
+            values[name] = value
+            sources[name] = f"environment: WURK_{name.upper()}"
         layers = [
             (read_toml_table(Path(path)) if path is not None else {}, str(path)),
-            (from_env(os.environ if env is None else env), "environment"),
             ({k: v for k, v in overrides.items() if v is not None}, "arguments"),
         ]
         for layer, where in layers:
@@ -312,10 +320,14 @@ def read_toml_table(path: Path) -> dict[str, Any]:
 
 
 def from_env(env: Mapping[str, str]) -> dict[str, Any]:
-    """``REDIS_URL`` and ``WURK_<FIELD>`` variables, coerced to each field's type."""
+    """``REDIS_URL``, overridden by the ``WURK_<FIELD>`` variables."""
+    values: dict[str, Any] = {"redis_url": env["REDIS_URL"]} if env.get("REDIS_URL") else {}
+    return values | from_wurk_env(env)
+
+
+def from_wurk_env(env: Mapping[str, str]) -> dict[str, Any]:
+    """The ``WURK_<FIELD>`` variables, coerced to each field's type."""
     values: dict[str, Any] = {}
-    if env.get("REDIS_URL"):
-        values["redis_url"] = env["REDIS_URL"]
     for name in settable_fields():
         raw = env.get(f"WURK_{name.upper()}")
         if raw is not None:
