@@ -7,7 +7,7 @@ The main thread only turns signals into commands for the supervise thread
 TERM/INT  drain every child (finish or push back running jobs), exit
 TSTP      quiet every child: stop fetching, finish running jobs
 HUP/USR1  rolling restart, one child at a time, replacement first
-TTIN      one more child in every slot
+TTIN      one more child in every slot below its max_count
 TTOU      one fewer child in every slot (never below one)
 USR2      log each child's slot, pid, RSS, busy count and age
 ========  ==========================================================

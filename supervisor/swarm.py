@@ -293,6 +293,10 @@ class Swarm:
 
     def _cmd_more(self) -> None:
         for state in self.slots.values():
+            if state.wanted >= state.slot.max_count:
+                log.warning("swarm.scale_refused", slot=state.slot.name, wanted=state.wanted,
+                            max_count=state.slot.max_count)
+                continue
             state.wanted += 1
         log.info("swarm.scale", wanted={n: s.wanted for n, s in self.slots.items()})
 

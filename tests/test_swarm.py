@@ -458,6 +458,25 @@ def test_ttin_and_ttou_change_the_number_of_children(launch: Launch) -> None:
     assert swarm.proc.poll() is None
 
 
+def test_ttin_stops_at_each_slots_max_count(launch: Launch) -> None:
+    swarm = launch(slot("alpha", concurrency=1, queues=["qa"], max_count=2),
+                   slot("beta", count=2, concurrency=1, queues=["qb"]),
+                   layout={"alpha": 1, "beta": 2}, max_count=3)
+    swarm.wait_ready()
+    for sent in range(1, 4):
+        swarm.send(signal.SIGTTIN)  # one at a time: pending signals of a kind merge
+        swarm.wait_events("swarm.scale", count=sent)
+    swarm.wait_ready({"alpha": 2, "beta": 3})
+    refused = swarm.events("swarm.scale_refused")
+    assert [(e["slot"], e["wanted"], e["max_count"]) for e in refused] == [
+        ("alpha", 2, 2), ("beta", 3, 3)] * 2
+    assert swarm.events("swarm.scale")[-1]["wanted"] == {"alpha": 2, "beta": 3}
+    time.sleep(1.0)  # a respawn pass or two: still no child beyond the cap
+    swarm.wait_ready({"alpha": 2, "beta": 3}, timeout=1)
+    swarm.send(signal.SIGTERM)
+    assert swarm.wait_exit() == 0
+
+
 @pytest.mark.parametrize("signum", [signal.SIGHUP, signal.SIGUSR1], ids=["HUP", "USR1"])
 def test_rolling_restart_replaces_every_child_without_cutting_a_job(
         launch: Launch, r: redis.Redis, signum: int) -> None:
