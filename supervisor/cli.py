@@ -43,7 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--check", action="store_true",
                         help="validate the topology and exit (0 if valid, 78 if not)")
     parser.add_argument("--probe", action="store_true",
-                        help="exit 0 if every child of the swarm on this host beats in Redis")
+                        help="exit 0 if every child of the swarm on this host beats in Redis "
+                             "(at least one per slot, none stale)")
     parser.add_argument("--pid", type=int, default=1,
                         help="with --probe: the swarm parent's pid (default 1, as in a container)")
     return parser
@@ -74,6 +75,8 @@ def _probe(topology: Topology, pid: int) -> int:
         return 1
     counts = ", ".join(f"{name}: {n}" for name, n in result.fresh.items())
     print(f"wurk-swarm: children beating per slot: {counts}")
+    if result.stale:
+        print(f"wurk-swarm: stale children: {', '.join(result.stale)}")
     return 0 if result.ok else 1
 
 

@@ -547,6 +547,7 @@ def test_usr2_logs_each_childs_status(launch: Launch, r: redis.Redis) -> None:
         assert event["pid"] == ready[key]["pid"]
         assert event["rss_kb"] > 1000
         assert isinstance(event["age"], float | int) and event["age"] >= 0
+        assert 0 <= event["silent"] < 5  # pulsed within a few 0.5 s heartbeats
     assert by_key[("beta", 0)]["busy"] == 1
     assert by_key[("alpha", 0)]["busy"] == 0
 
