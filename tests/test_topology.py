@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from supervisor import cli
-from supervisor.topology import Topology, TopologyError, load, parse
+from supervisor.topology import MAX_CHILDREN, RANGES, Topology, TopologyError, load, parse
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -355,3 +355,25 @@ def test_check_reports_a_range_error_in_one_line_with_exit_78(tmp_path: Path, te
     assert proc.stderr.count("\n") == 1, proc.stderr
     assert proc.stderr.startswith(f"wurk-swarm: {path}: ")
     assert named in proc.stderr
+
+
+def num(bound: float) -> str:
+    return str(int(bound)) if float(bound).is_integer() else str(bound)
+
+
+def test_readme_states_the_ranges_the_code_enforces() -> None:
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    rows = {line.split("|")[1].strip(" `"): line for line in readme.splitlines()
+            if line.startswith("| `")}
+    for key in ("max_memory_mb", "respawn_backoff_max", "boot_failure_limit", "shutdown_grace",
+                "memory_check_interval"):
+        _, low, high = RANGES[key]
+        assert f"| {num(low)} to {num(high)} |" in rows[key], (key, rows[key])
+    assert f"to {num(RANGES['child_timeout'][2])} |" in rows["child_timeout"]
+    assert f"to {num(RANGES['max_count'][2])} |" in rows["max_count"]
+    prose = " ".join(readme.split())
+    assert f"count` (children, default 1, at most {MAX_CHILDREN})" in prose
+    for key in ("concurrency", "shutdown_timeout"):
+        _, low, high = RANGES[key]
+        assert f"`{key}` must be {num(low)} to {num(high)}" in prose or (
+            f"`{key}` {num(low)} to {num(high)}" in prose), key
