@@ -12,8 +12,8 @@ Duties:
    (``supervisor.liveness``), recycle children above ``max_memory_mb``, and
    carry out the commands the main thread hands over (quiet, rolling
    restart, more/fewer children up to each slot's ``max_count``, a status
-   dump). A reaped child's jobs and registration are cleaned up in Redis by
-   ``supervisor.reaped``.
+   dump, ``supervisor.status``). A reaped child's jobs and registration are
+   cleaned up in Redis by ``supervisor.reaped``.
 3. ``request_shutdown`` (thread-safe, idempotent) asks the supervise thread
    to drain: TERM every child, wait shutdown_timeout + grace, KILL the rest,
    reap all. ``shutdown`` does the same directly when no supervisor runs.
@@ -40,10 +40,10 @@ import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import psutil
 import setproctitle
 
 from supervisor import liveness
+from supervisor import status as status_dump
 from supervisor.child_boot import EX_BOOT, MANAGED_SIGNALS, run_child
 from supervisor.reaped import Reaped
 from supervisor.remote import RemoteControl, SwarmSnapshot
@@ -171,7 +171,12 @@ class Swarm:
         with warnings.catch_warnings():
             # 3.12+ warns about forking a threaded process; we reset what we own.
             warnings.simplefilter("ignore", DeprecationWarning)
-            pid = os.fork()
+            try:
+                pid = os.fork()
+            except OSError:
+                os.close(ready_r)
+                os.close(ready_w)
+                raise
         if pid == 0:
             run_child(slot, index, self.owner_pid, ready_w, inherited)
         os.close(ready_w)
@@ -224,12 +229,14 @@ class Swarm:
         self._update_title()
 
     def _wait(self, timeout: float) -> None:
-        # Ready lines wake the loop; pulses from ready children wait for the next tick.
-        fds = [self._wake_r, *(c.ready_fd for c in self.children.values()
-                               if c.ready_fd is not None and not c.ready)]
+        # Ready lines wake the loop; pulses from ready children wait for the next
+        # tick. poll, not select: with a pipe per child, descriptors can pass 1024.
+        poller = select.poll()
+        for fd in [self._wake_r, *(c.ready_fd for c in self.children.values()
+                                   if c.ready_fd is not None and not c.ready)]:
+            poller.register(fd, select.POLLIN)
         with contextlib.suppress(InterruptedError, OSError):
-            readable, _, _ = select.select(fds, [], [], timeout)
-            if self._wake_r in readable:
+            if any(fd == self._wake_r for fd, _ in poller.poll(timeout * 1000)):
                 with contextlib.suppress(BlockingIOError):
                     os.read(self._wake_r, 4096)
 
@@ -316,15 +323,7 @@ class Swarm:
         log.info("swarm.scale", wanted={n: s.wanted for n, s in self.slots.items()})
 
     def _cmd_status(self) -> None:
-        now = time.monotonic()
-        children = sorted(self.children.values(), key=lambda c: (c.slot.name, c.index))
-        busy = self._busy_counts(children)
-        for child in children:
-            log.info("child.status", slot=child.slot.name, index=child.index, pid=child.pid,
-                     rss_kb=_rss_kb(child.pid), busy=busy.get(child.pid),
-                     age=round(now - child.born, 1), ready=child.ready,
-                     silent=round(liveness.silent_for(child, now), 1),
-                     retiring=child.retiring, identity=child.identity)
+        status_dump.log_status(self.children.values(), time.monotonic())
 
     # -- children's lifecycle ---------------------------------------------
     def _read_ready_pipes(self) -> None:
@@ -449,8 +448,19 @@ class Swarm:
                 continue
             taken = {c.index for c in self._live(name)}
             for index in range(state.wanted):
-                if index not in taken:
-                    self._spawn(state.slot, index)
+                if index not in taken and not self._try_spawn(state, index):
+                    break
+
+    def _try_spawn(self, state: SlotState, index: int) -> bool:
+        try:
+            self._spawn(state.slot, index)
+        except OSError as exc:  # out of descriptors, processes or memory: back off, never die
+            log.error("child.spawn_failed", slot=state.slot.name, index=index,
+                      error=f"{type(exc).__name__}: {exc}")
+            state.crashes += 1
+            self._schedule_respawn(state)
+            return False
+        return True
 
     def _retire(self, child: Child) -> None:
         child.retiring = True
@@ -520,12 +530,12 @@ class Swarm:
         self._next_memory_check = now + interval * random.uniform(0.8, 1.2)
         over = [c for c in self.children.values()
                 if c.ready and not c.retiring and c.kill_at is None and c.slot.max_memory_mb
-                and _rss_kb(c.pid) > c.slot.max_memory_mb * 1024]
+                and status_dump.rss_kb(c.pid) > c.slot.max_memory_mb * 1024]
         if over:
             # One per check, picked at random, so children do not recycle together.
             child = random.choice(over)
             log.warning("child.memory_exceeded", slot=child.slot.name, index=child.index,
-                        pid=child.pid, rss_kb=_rss_kb(child.pid),
+                        pid=child.pid, rss_kb=status_dump.rss_kb(child.pid),
                         limit_mb=child.slot.max_memory_mb)
             self._stop_child(child)
 
@@ -593,26 +603,6 @@ class Swarm:
         with contextlib.suppress(ProcessLookupError):
             os.kill(child.pid, signum)
 
-    def _busy_counts(self, children: list[Child]) -> dict[int, int]:
-        """pid -> busy from each child's heartbeat, read from its slot's own Redis
-        in one round trip per slot with no replays, so a Redis outage cannot
-        stall supervision for a whole retry schedule per child."""
-        counts: dict[int, int] = {}
-        for name, state in self.slots.items():
-            asked = [c for c in children if c.slot.name == name and c.identity is not None]
-            if not asked:
-                continue
-            try:
-                with state.slot.config.pool.conn() as conn:
-                    replies = conn.pipeline([("HGET", c.identity, "busy") for c in asked])
-            except Exception as exc:  # noqa: BLE001 - a status dump must not fail on Redis trouble
-                log.warning("swarm.status_busy_unknown", slot=name,
-                            error=f"{type(exc).__name__}: {exc}")
-                continue
-            counts.update({c.pid: int(value) for c, value in zip(asked, replies, strict=True)
-                           if value is not None})
-        return counts
-
 
 def _describe_exit(code: int) -> str:
     if code >= 0:
@@ -635,10 +625,3 @@ def _exists(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def _rss_kb(pid: int) -> int:
-    try:
-        return int(psutil.Process(pid).memory_info().rss // 1024)
-    except psutil.Error:
-        return 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -550,6 +551,44 @@ def test_usr2_logs_each_childs_status(launch: Launch, r: redis.Redis) -> None:
         assert 0 <= event["silent"] < 5  # pulsed within a few 0.5 s heartbeats
     assert by_key[("beta", 0)]["busy"] == 1
     assert by_key[("alpha", 0)]["busy"] == 0
+
+
+def test_usr2_survives_a_busy_count_that_is_not_a_number(launch: Launch,
+                                                         r: redis.Redis) -> None:
+    swarm = launch(slot("alpha", concurrency=1, queues=["qa"]), layout={"alpha": 1})
+    info = swarm.wait_ready()[("alpha", 0)]
+    os.kill(info["pid"], signal.SIGSTOP)  # so its heartbeat cannot rewrite the field
+    try:
+        r.hset(info["identity"], "busy", "abc")
+        swarm.send(signal.SIGUSR2)
+        status = swarm.wait_events("child.status")[0]
+    finally:
+        os.kill(info["pid"], signal.SIGCONT)
+    assert status["pid"] == info["pid"] and status["busy"] is None
+    wait_for(lambda: r.hget(info["identity"], "busy") == "0", what="a beat rewrote busy")
+    swarm.send(signal.SIGUSR2)  # the supervise loop is still there to answer
+    assert swarm.wait_events("child.status", count=2)[1]["busy"] == 0
+    swarm.send(signal.SIGTERM)
+    assert swarm.wait_exit() == 0
+
+
+def test_out_of_descriptors_a_spawn_backs_off_instead_of_killing_the_swarm(
+        launch: Launch) -> None:
+    swarm = launch(slot("alpha", concurrency=1, queues=["qa"], max_count=3),
+                   layout={"alpha": 1})
+    first = swarm.wait_ready()
+    parent = psutil.Process(swarm.pid)
+    _, hard = resource.prlimit(swarm.pid, resource.RLIMIT_NOFILE)
+    resource.prlimit(swarm.pid, resource.RLIMIT_NOFILE, (parent.num_fds() + 1, hard))
+    swarm.send(signal.SIGTTIN)  # the next child's pipe needs two descriptors
+    failed = swarm.wait_events("child.spawn_failed", count=2)
+    assert failed[0]["slot"] == "alpha" and "Too many open files" in failed[0]["error"]
+    assert swarm.proc.poll() is None
+    resource.prlimit(swarm.pid, resource.RLIMIT_NOFILE, (4096, hard))
+    after = swarm.wait_ready({"alpha": 2}, timeout=20)
+    assert after[("alpha", 0)]["pid"] == first[("alpha", 0)]["pid"]
+    swarm.send(signal.SIGTERM)
+    assert swarm.wait_exit() == 0
 
 
 def test_scaling_away_a_pending_replacement_stops_the_child_it_replaces(
