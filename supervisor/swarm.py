@@ -162,22 +162,18 @@ class Swarm:
         log.info("swarm.booted", children=len(self.children),
                  slots={n: s.wanted for n, s in self.slots.items()})
 
-    def _spawn(self, slot: Slot, index: int) -> Child:
-        ready_r, ready_w = os.pipe()
-        inherited = [self._wake_r, self._wake_w, ready_r,
-                     *(c.ready_fd for c in self.children.values() if c.ready_fd is not None)]
-        if self.topology.gc_freeze:
-            gc.freeze()
-        with warnings.catch_warnings():
-            # 3.12+ warns about forking a threaded process; we reset what we own.
-            warnings.simplefilter("ignore", DeprecationWarning)
-            try:
-                pid = os.fork()
-            except OSError:
-                os.close(ready_r)
-                os.close(ready_w)
-                raise
+    def _spawn(self, slot: Slot, index: int) -> Child | None:
+        """The new child, or None when the fork failed (logged; the caller backs off)."""
+        try:
+            ready_r, ready_w = os.pipe()
+            pid = self._fork(ready_r, ready_w)
+        except OSError as exc:  # out of descriptors, processes or memory: never die of it
+            log.error("child.spawn_failed", slot=slot.name, index=index,
+                      error=f"{type(exc).__name__}: {exc}")
+            return None
         if pid == 0:
+            inherited = [self._wake_r, self._wake_w, ready_r,
+                         *(c.ready_fd for c in self.children.values() if c.ready_fd is not None)]
             run_child(slot, index, self.owner_pid, ready_w, inherited)
         os.close(ready_w)
         os.set_blocking(ready_r, False)
@@ -185,6 +181,19 @@ class Swarm:
         self.children[pid] = child
         log.info("child.spawned", slot=slot.name, index=index, pid=pid)
         return child
+
+    def _fork(self, ready_r: int, ready_w: int) -> int:
+        if self.topology.gc_freeze:
+            gc.freeze()
+        with warnings.catch_warnings():
+            # 3.12+ warns about forking a threaded process; we reset what we own.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            try:
+                return os.fork()
+            except OSError:
+                os.close(ready_r)
+                os.close(ready_w)
+                raise
 
     # -- the supervise loop -------------------------------------------------
     def supervise(self) -> int:
@@ -448,19 +457,10 @@ class Swarm:
                 continue
             taken = {c.index for c in self._live(name)}
             for index in range(state.wanted):
-                if index not in taken and not self._try_spawn(state, index):
+                if index not in taken and self._spawn(state.slot, index) is None:
+                    state.crashes += 1
+                    self._schedule_respawn(state)
                     break
-
-    def _try_spawn(self, state: SlotState, index: int) -> bool:
-        try:
-            self._spawn(state.slot, index)
-        except OSError as exc:  # out of descriptors, processes or memory: back off, never die
-            log.error("child.spawn_failed", slot=state.slot.name, index=index,
-                      error=f"{type(exc).__name__}: {exc}")
-            state.crashes += 1
-            self._schedule_respawn(state)
-            return False
-        return True
 
     def _retire(self, child: Child) -> None:
         child.retiring = True
@@ -503,8 +503,13 @@ class Swarm:
             old = self._rolling.pop(0)
             if old.pid not in self.children or old.retiring:
                 continue
+            replacement = self._spawn(old.slot, old.index)
+            if replacement is None:
+                self._rolling.clear()
+                log.error("swarm.rolling_restart_aborted", slot=old.slot.name, index=old.index)
+                return
             old.retiring = True  # the replacement takes over its index
-            self._rolling_pair = (old, self._spawn(old.slot, old.index))
+            self._rolling_pair = (old, replacement)
             return
 
     def _forget_rolling(self, child: Child) -> None:
