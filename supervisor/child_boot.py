@@ -10,8 +10,10 @@ Duties, in order:
 3. Import the slot's own ``require`` modules and prove Redis answers; a
    failure here exits with :data:`EX_BOOT` and a clear log line.
 4. Start the launcher, tell the parent we are ready (our identity on the
-   ready pipe), keep the process title current, and watch for orphaning, on
-   two supervised threads (``wurk.threads``) that outlive any error.
+   ready pipe), then keep that pipe open for the heartbeat's liveness
+   pulses (``supervisor.liveness``); keep the process title current, and
+   watch for orphaning, on two supervised threads (``wurk.threads``) that
+   outlive any error.
 5. On TERM (or orphaning) drain within shutdown_timeout and leave with
    ``os._exit`` so nothing inherited from the parent runs at exit.
 """
@@ -32,6 +34,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 import setproctitle
 
+from supervisor.liveness import pulser
 from wurk import logging as wlog
 from wurk import metrics, threads
 from wurk.buffered import flush_push_buffers
@@ -103,6 +106,8 @@ def _boot_and_work(slot: Slot, index: int, parent_pid: int, ready_fd: int,
                         extra_info={"slot": slot.name, "index": index, "swarm_pid": parent_pid})
     launcher.start()
     _send_ready(ready_fd, launcher.identity)
+    # Only after the ready line, so the parent reads the identity first.
+    launcher.heartbeat.on_pulse = pulser(ready_fd)
     stopped = launcher.stopped.is_set
     threads.start("title", lambda: _keep_title(launcher, slot.name, index), stopped=stopped)
     threads.start("orphan-guard", lambda: _orphan_guard(parent_pid, wakeup[1], stopped),
@@ -155,7 +160,6 @@ def _poke(writer: socket.socket) -> None:
 def _send_ready(fd: int, identity: str) -> None:
     with contextlib.suppress(OSError):
         os.write(fd, f"{identity}\n".encode())
-        os.close(fd)
 
 
 def _serve_signals(launcher: Launcher, reader: socket.socket) -> int:

@@ -7,7 +7,7 @@ The main thread only turns signals into commands for the supervise thread
 TERM/INT  drain every child (finish or push back running jobs), exit
 TSTP      quiet every child: stop fetching, finish running jobs
 HUP/USR1  rolling restart, one child at a time, replacement first
-TTIN      one more child in every slot
+TTIN      one more child in every slot below its max_count
 TTOU      one fewer child in every slot (never below one)
 USR2      log each child's slot, pid, RSS, busy count and age
 ========  ==========================================================
@@ -46,7 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--check", action="store_true",
                         help="validate the topology and exit (0 if valid, 78 if not)")
     parser.add_argument("--probe", action="store_true",
-                        help="exit 0 if every child of the swarm on this host beats in Redis")
+                        help="exit 0 if every child of the swarm on this host beats in Redis "
+                             "(at least one per slot, none stale)")
     parser.add_argument("--pid", type=int, default=1,
                         help="with --probe: the swarm parent's pid (default 1, as in a container)")
     return parser
@@ -78,6 +79,8 @@ def _probe(topology: Topology, pid: int) -> int:
         return 1
     counts = ", ".join(f"{name}: {n}" for name, n in result.fresh.items())
     print(f"wurk-swarm: children beating per slot: {counts}")
+    if result.stale:
+        print(f"wurk-swarm: stale children: {', '.join(result.stale)}")
     return 0 if result.ok else 1
 
 

@@ -8,9 +8,12 @@ Duties:
    kernel's parent-death signal stays armed as long as the swarm lives):
    reap children, respawn a dead child in its slot and index with a per-slot
    exponential backoff, give up when a slot keeps dying before it ever became
-   ready, recycle children above ``max_memory_mb``, and carry out the
-   commands the main thread hands over (quiet, rolling restart, more/fewer
-   children, a status dump).
+   ready, KILL and replace a child that stopped pulsing for ``child_timeout``
+   (``supervisor.liveness``), recycle children above ``max_memory_mb``, and
+   carry out the commands the main thread hands over (quiet, rolling
+   restart, more/fewer children up to each slot's ``max_count``, a status
+   dump, ``supervisor.status``). A reaped child's jobs and registration are
+   cleaned up in Redis by ``supervisor.reaped``.
 3. ``request_shutdown`` (thread-safe, idempotent) asks the supervise thread
    to drain: TERM every child, wait shutdown_timeout + grace, KILL the rest,
    reap all. ``shutdown`` does the same directly when no supervisor runs.
@@ -37,15 +40,16 @@ import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import psutil
 import setproctitle
 
+from supervisor import liveness
+from supervisor import status as status_dump
 from supervisor.child_boot import EX_BOOT, MANAGED_SIGNALS, run_child
+from supervisor.reaped import Reaped
 from supervisor.remote import RemoteControl, SwarmSnapshot
 from supervisor.systemd import Notifier
 from wurk import logging as wlog
 from wurk.cli import load_modules
-from wurk.reaper import recover
 
 if TYPE_CHECKING:
     from supervisor.topology import Slot, Topology
@@ -54,8 +58,6 @@ log = wlog.get_logger("wurk.swarm")
 TICK = 0.5
 # A child that dies within this many seconds of its birth counts as crash-looping.
 CRASH_WINDOW = 10.0
-# The systemd watchdog is fed only while every child beat within this many intervals.
-BEATS_FRESH = 3
 BACKOFF_BASE = 0.5
 
 
@@ -71,6 +73,8 @@ class Child:
     kill_at: float | None = None
     # Leaving for good (TTOU, replaced in a rolling restart): do not respawn.
     retiring: bool = False
+    # Monotonic time of the last byte on the ready pipe (the ready line, then pulses).
+    last_pulse: float = field(default_factory=time.monotonic)
 
     @property
     def ready(self) -> bool:
@@ -117,8 +121,7 @@ class Swarm:
         self.supervisor_thread: threading.Thread | None = None
         self._hooks_registered = False
         self._title = ""
-        # Identities of reaped children whose private lists still wait to be recovered.
-        self._unrecovered: dict[str, Slot] = {}
+        self.reaped = Reaped()
         self.remote = RemoteControl(topology.base, topology.path, self.command)
 
     # -- ownership and hooks ------------------------------------------------
@@ -159,17 +162,18 @@ class Swarm:
         log.info("swarm.booted", children=len(self.children),
                  slots={n: s.wanted for n, s in self.slots.items()})
 
-    def _spawn(self, slot: Slot, index: int) -> Child:
-        ready_r, ready_w = os.pipe()
-        inherited = [self._wake_r, self._wake_w, ready_r,
-                     *(c.ready_fd for c in self.children.values() if c.ready_fd is not None)]
-        if self.topology.gc_freeze:
-            gc.freeze()
-        with warnings.catch_warnings():
-            # 3.12+ warns about forking a threaded process; we reset what we own.
-            warnings.simplefilter("ignore", DeprecationWarning)
-            pid = os.fork()
+    def _spawn(self, slot: Slot, index: int) -> Child | None:
+        """The new child, or None when the fork failed (logged; the caller backs off)."""
+        try:
+            ready_r, ready_w = os.pipe()
+            pid = self._fork(ready_r, ready_w)
+        except OSError as exc:  # out of descriptors, processes or memory: never die of it
+            log.error("child.spawn_failed", slot=slot.name, index=index,
+                      error=f"{type(exc).__name__}: {exc}")
+            return None
         if pid == 0:
+            inherited = [self._wake_r, self._wake_w, ready_r,
+                         *(c.ready_fd for c in self.children.values() if c.ready_fd is not None)]
             run_child(slot, index, self.owner_pid, ready_w, inherited)
         os.close(ready_w)
         os.set_blocking(ready_r, False)
@@ -177,6 +181,19 @@ class Swarm:
         self.children[pid] = child
         log.info("child.spawned", slot=slot.name, index=index, pid=pid)
         return child
+
+    def _fork(self, ready_r: int, ready_w: int) -> int:
+        if self.topology.gc_freeze:
+            gc.freeze()
+        with warnings.catch_warnings():
+            # 3.12+ warns about forking a threaded process; we reset what we own.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            try:
+                return os.fork()
+            except OSError:
+                os.close(ready_r)
+                os.close(ready_w)
+                raise
 
     # -- the supervise loop -------------------------------------------------
     def supervise(self) -> int:
@@ -206,8 +223,8 @@ class Swarm:
         self._read_ready_pipes()
         self._run_commands()
         self._reap()
-        if self._unrecovered:
-            self._recover_pending()
+        if self.reaped.pending:
+            self.reaped.run()
         self._refresh_remote()
         if self._draining:
             self._drain_step()
@@ -216,15 +233,19 @@ class Swarm:
         self._advance_rolling_restart()
         self._check_memory()
         self._kill_overdue()
+        self._kill_hung()
         self._report_to_systemd()
         self._update_title()
 
     def _wait(self, timeout: float) -> None:
-        fds = [self._wake_r,
-               *(c.ready_fd for c in self.children.values() if c.ready_fd is not None)]
+        # Ready lines wake the loop; pulses from ready children wait for the next
+        # tick. poll, not select: with a pipe per child, descriptors can pass 1024.
+        poller = select.poll()
+        for fd in [self._wake_r, *(c.ready_fd for c in self.children.values()
+                                   if c.ready_fd is not None and not c.ready)]:
+            poller.register(fd, select.POLLIN)
         with contextlib.suppress(InterruptedError, OSError):
-            readable, _, _ = select.select(fds, [], [], timeout)
-            if self._wake_r in readable:
+            if any(fd == self._wake_r for fd, _ in poller.poll(timeout * 1000)):
                 with contextlib.suppress(BlockingIOError):
                     os.read(self._wake_r, 4096)
 
@@ -293,6 +314,10 @@ class Swarm:
 
     def _cmd_more(self) -> None:
         for state in self.slots.values():
+            if state.wanted >= state.slot.max_count:
+                log.warning("swarm.scale_refused", slot=state.slot.name, wanted=state.wanted,
+                            max_count=state.slot.max_count)
+                continue
             state.wanted += 1
         log.info("swarm.scale", wanted={n: s.wanted for n, s in self.slots.items()})
 
@@ -307,33 +332,32 @@ class Swarm:
         log.info("swarm.scale", wanted={n: s.wanted for n, s in self.slots.items()})
 
     def _cmd_status(self) -> None:
-        now = time.monotonic()
-        children = sorted(self.children.values(), key=lambda c: (c.slot.name, c.index))
-        busy = self._busy_counts(children)
-        for child in children:
-            log.info("child.status", slot=child.slot.name, index=child.index, pid=child.pid,
-                     rss_kb=_rss_kb(child.pid), busy=busy.get(child.pid),
-                     age=round(now - child.born, 1), ready=child.ready,
-                     retiring=child.retiring, identity=child.identity)
+        status_dump.log_status(self.children.values(), time.monotonic())
 
     # -- children's lifecycle ---------------------------------------------
     def _read_ready_pipes(self) -> None:
+        """The ready line, then liveness pulses, until the child closes its end."""
+        now = time.monotonic()
         for child in list(self.children.values()):
-            if child.ready_fd is None:
-                continue
-            try:
-                data = os.read(child.ready_fd, 4096)
-            except BlockingIOError:
-                continue
-            except OSError:
-                data = b""
-            if data.strip():
-                child.identity = data.decode(errors="replace").strip()
-                state = self.slots[child.slot.name]
-                state.boot_failures = 0
-                log.info("child.ready", slot=child.slot.name, index=child.index, pid=child.pid,
-                         identity=child.identity)
+            self._read_pipe(child, now)
+
+    def _read_pipe(self, child: Child, now: float) -> None:
+        if child.ready_fd is None:
+            return
+        data = liveness.read_pipe(child.ready_fd)
+        if data is None:
             self._close_ready(child)
+            return
+        if data:
+            child.last_pulse = now
+        if child.identity is None and data.strip():
+            self._mark_ready(child, data.split(b"\n", 1)[0])
+
+    def _mark_ready(self, child: Child, line: bytes) -> None:
+        child.identity = line.decode(errors="replace").strip()
+        self.slots[child.slot.name].boot_failures = 0
+        log.info("child.ready", slot=child.slot.name, index=child.index, pid=child.pid,
+                 identity=child.identity)
 
     def _close_ready(self, child: Child) -> None:
         if child.ready_fd is not None:
@@ -347,7 +371,9 @@ class Swarm:
             if child is None:
                 log.debug("swarm.reaped_stranger", pid=pid)
                 continue
-            self._read_ready_pipes()
+            # Its last words: a ready line written just before it died still
+            # makes it a ready child (its jobs recovered, no boot failure).
+            self._read_pipe(child, time.monotonic())
             self._close_ready(child)
             self._after_exit(child, os.waitstatus_to_exitcode(status))
 
@@ -382,7 +408,9 @@ class Swarm:
         else:
             log.info("child.exited", **fields)
         self._forget_rolling(child)
-        self._recover_private_lists(child)
+        if child.identity is not None:
+            # Its jobs go back now, not when its heartbeat lapses; and it leaves processes.
+            self.reaped.add(child.identity, child.slot)
         if self._draining or child.retiring:
             return
         state = self.slots[child.slot.name]
@@ -394,28 +422,6 @@ class Swarm:
         crashed = code != 0 and lived < CRASH_WINDOW and child.kill_at is None
         state.crashes = state.crashes + 1 if crashed else 0
         self._schedule_respawn(state)
-
-    def _recover_private_lists(self, child: Child) -> None:
-        """Give a reaped child's claimed jobs back now, not when its heartbeat lapses.
-
-        The child has been reaped, so it is dead and holds nothing any more. A
-        clean exit already released its lists and this finds them empty.
-        """
-        if child.identity is not None and child.slot.config.reliable_fetch:
-            self._unrecovered[child.identity] = child.slot
-            self._recover_pending()
-
-    def _recover_pending(self) -> None:
-        """One try each with no replays, so a Redis outage cannot stall supervision;
-        what fails is tried again next tick (recovering twice moves nothing twice)."""
-        for identity, slot in list(self._unrecovered.items()):
-            try:
-                recover(slot.config, identity, attempts=1)
-            except Exception as exc:  # noqa: BLE001 - Redis trouble: try again next tick
-                log.warning("child.recover_failed", slot=slot.name, identity=identity,
-                            error=f"{type(exc).__name__}: {exc}")
-                return
-            del self._unrecovered[identity]
 
     def _boot_failed(self, state: SlotState, code: int) -> None:
         state.boot_failures += 1
@@ -451,8 +457,10 @@ class Swarm:
                 continue
             taken = {c.index for c in self._live(name)}
             for index in range(state.wanted):
-                if index not in taken:
-                    self._spawn(state.slot, index)
+                if index not in taken and self._spawn(state.slot, index) is None:
+                    state.crashes += 1
+                    self._schedule_respawn(state)
+                    break
 
     def _retire(self, child: Child) -> None:
         child.retiring = True
@@ -463,6 +471,15 @@ class Swarm:
             child.kill_at = (time.monotonic() + child.slot.config.shutdown_timeout
                              + self.topology.shutdown_grace)
             self._signal(child, signal.SIGTERM)
+
+    def _kill_hung(self) -> None:
+        now = time.monotonic()
+        for child in liveness.hung(self.children.values(), now):
+            log.error("child.hung", slot=child.slot.name, index=child.index, pid=child.pid,
+                      silent=round(liveness.silent_for(child, now), 1),
+                      child_timeout=child.slot.child_timeout)
+            self._signal(child, signal.SIGKILL)
+            child.kill_at = float("inf")
 
     def _kill_overdue(self) -> None:
         now = time.monotonic()
@@ -486,8 +503,13 @@ class Swarm:
             old = self._rolling.pop(0)
             if old.pid not in self.children or old.retiring:
                 continue
+            replacement = self._spawn(old.slot, old.index)
+            if replacement is None:
+                self._rolling.clear()
+                log.error("swarm.rolling_restart_aborted", slot=old.slot.name, index=old.index)
+                return
             old.retiring = True  # the replacement takes over its index
-            self._rolling_pair = (old, self._spawn(old.slot, old.index))
+            self._rolling_pair = (old, replacement)
             return
 
     def _forget_rolling(self, child: Child) -> None:
@@ -513,12 +535,12 @@ class Swarm:
         self._next_memory_check = now + interval * random.uniform(0.8, 1.2)
         over = [c for c in self.children.values()
                 if c.ready and not c.retiring and c.kill_at is None and c.slot.max_memory_mb
-                and _rss_kb(c.pid) > c.slot.max_memory_mb * 1024]
+                and status_dump.rss_kb(c.pid) > c.slot.max_memory_mb * 1024]
         if over:
             # One per check, picked at random, so children do not recycle together.
             child = random.choice(over)
             log.warning("child.memory_exceeded", slot=child.slot.name, index=child.index,
-                        pid=child.pid, rss_kb=_rss_kb(child.pid),
+                        pid=child.pid, rss_kb=status_dump.rss_kb(child.pid),
                         limit_mb=child.slot.max_memory_mb)
             self._stop_child(child)
 
@@ -562,29 +584,12 @@ class Swarm:
             self.notifier.notify(READY=1, STATUS=self._status_line())
         interval = self.notifier.watchdog_interval()
         now = time.monotonic()
-        if interval and all_ready and now >= self._next_watchdog and self._beats_fresh():
+        # Judged by pulses, not by beats in Redis: a Redis outage must not get
+        # the whole swarm restarted by systemd.
+        fresh = liveness.all_fresh([c for c in self.children.values() if not c.retiring], now)
+        if interval and all_ready and now >= self._next_watchdog and fresh:
             self._next_watchdog = now + interval
             self.notifier.notify(WATCHDOG=1, STATUS=self._status_line())
-
-    def _beats_fresh(self) -> bool:
-        """Every ready child's last heartbeat in Redis is recent (one try per slot)."""
-        now = time.time()
-        for state in self.slots.values():
-            children = [c for c in self._live(state.slot.name) if c.identity is not None]
-            if not children:
-                continue
-            limit = BEATS_FRESH * state.slot.config.heartbeat_interval
-            try:
-                beats = state.slot.config.pool.pipeline(
-                    [("HGET", c.identity, "beat") for c in children], idempotent=True,
-                    attempts=1)
-            except Exception as exc:  # noqa: BLE001 - no watchdog ping without fresh beats
-                log.warning("swarm.watchdog_unknown", slot=state.slot.name,
-                            error=f"{type(exc).__name__}: {exc}")
-                return False
-            if any(b is None or now - float(b) > limit for b in beats):
-                return False
-        return True
 
     def _update_title(self) -> None:
         if self.hosted:
@@ -602,26 +607,6 @@ class Swarm:
     def _signal(self, child: Child, signum: int) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(child.pid, signum)
-
-    def _busy_counts(self, children: list[Child]) -> dict[int, int]:
-        """pid -> busy from each child's heartbeat, read from its slot's own Redis
-        in one round trip per slot with no replays, so a Redis outage cannot
-        stall supervision for a whole retry schedule per child."""
-        counts: dict[int, int] = {}
-        for name, state in self.slots.items():
-            asked = [c for c in children if c.slot.name == name and c.identity is not None]
-            if not asked:
-                continue
-            try:
-                with state.slot.config.pool.conn() as conn:
-                    replies = conn.pipeline([("HGET", c.identity, "busy") for c in asked])
-            except Exception as exc:  # noqa: BLE001 - a status dump must not fail on Redis trouble
-                log.warning("swarm.status_busy_unknown", slot=name,
-                            error=f"{type(exc).__name__}: {exc}")
-                continue
-            counts.update({c.pid: int(value) for c, value in zip(asked, replies, strict=True)
-                           if value is not None})
-        return counts
 
 
 def _describe_exit(code: int) -> str:
@@ -645,10 +630,3 @@ def _exists(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def _rss_kb(pid: int) -> int:
-    try:
-        return int(psutil.Process(pid).memory_info().rss // 1024)
-    except psutil.Error:
-        return 0

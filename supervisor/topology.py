@@ -4,29 +4,61 @@ Duties:
 1. Read a TOML file with a ``[wurk]`` table (shared settings, the same keys
    ``wurk run --config`` reads, plus swarm-only ones) and ``[[slot]]`` tables.
 2. Validate everything before anything forks, raising :class:`TopologyError`
-   whose message names the file, the key and the bad value; the CLI turns it
-   into exit status 78 (EX_CONFIG).
+   whose one-line message names the file, the table or slot, the key and the
+   bad value; the CLI turns it into exit status 78 (EX_CONFIG). Every number
+   the parent reads has a documented range (:data:`RANGES`), and the
+   settings the parent relies on in each slot's config (concurrency,
+   shutdown_timeout) are bounded here too.
 3. Build one :class:`wurk.config.Config` per slot, with the slot's queues,
-   concurrency and overrides applied.
+   concurrency and overrides applied, and resolve each slot's parent-only
+   settings (its own, else the ``[wurk]`` one, else the default).
 """
 
 from __future__ import annotations
 
-import math
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from wurk.config import Config, ConfigError
 from wurk.health import parse_listen
+from wurk.limits import MAX_CONCURRENCY, MAX_TIMEOUT
 from wurk.queues import QueueSpecError, parse_queue
 
+# The most children one slot may have (its count, and TTIN's ceiling).
+MAX_CHILDREN = 1000
+# Numeric settings the parent reads: key -> (integral, lowest, highest).
+# README's swarm tables state the same ranges.
+RANGES: dict[str, tuple[bool, float, float]] = {
+    "count": (True, 1, MAX_CHILDREN),
+    "max_count": (True, 1, MAX_CHILDREN),
+    "max_memory_mb": (True, 0, 1_048_576),
+    "respawn_backoff_max": (False, 0, 3600),
+    "boot_failure_limit": (True, 1, 1000),
+    "shutdown_grace": (False, 0, 3600),
+    "memory_check_interval": (False, 0, 3600),
+    "child_timeout": (False, 0.1, 86_400),
+    # Slot Config values the parent relies on: its thread count and drain deadline.
+    "concurrency": (True, 1, MAX_CONCURRENCY),
+    "shutdown_timeout": (False, 0, MAX_TIMEOUT),
+}
 # [wurk] keys only the swarm reads (the rest go to each child's Config).
 SWARM_KEYS = {"max_memory_mb", "respawn_backoff_max", "boot_failure_limit",
-              "shutdown_grace", "memory_check_interval", "gc_freeze"}
-SLOT_KEYS = {"name", "count", "concurrency", "queues", "redis_url", "max_memory_mb",
-             "require", "env", "tag", "shutdown_timeout", "health_listen"}
+              "shutdown_grace", "memory_check_interval", "gc_freeze", "child_timeout",
+              "max_count"}
+# Parent-only keys a slot may set for itself, over the [wurk] value.
+SLOT_PARENT_KEYS = ("max_memory_mb", "child_timeout", "max_count")
+SLOT_KEYS = {"name", "count", "concurrency", "queues", "redis_url", "require", "env", "tag",
+             "shutdown_timeout", "health_listen", *SLOT_PARENT_KEYS}
+# A child silent this long is hung; the default is gunicorn's timeout, and
+# never under CHILD_TIMEOUT_BEATS heartbeat intervals.
+CHILD_TIMEOUT_DEFAULT = 30.0
+CHILD_TIMEOUT_BEATS = 6
+# child_timeout must leave room for at least this many heartbeats.
+CHILD_TIMEOUT_MIN_BEATS = 2
+# A slot's TTIN ceiling, unless set: this many times its count.
+MAX_COUNT_FACTOR = 4
 
 
 class TopologyError(ValueError):
@@ -40,6 +72,10 @@ class Slot:
     config: Config
     max_memory_mb: int = 0
     env: dict[str, str] = field(default_factory=dict)
+    # Seconds without a pulse from a ready child before the parent KILLs it as hung.
+    child_timeout: float = CHILD_TIMEOUT_DEFAULT
+    # TTIN (a signal or a remote one) never takes the slot above this many children.
+    max_count: int = MAX_CHILDREN
 
 
 @dataclass(frozen=True)
@@ -58,6 +94,9 @@ class Topology:
     # Freeze the preloaded heap before forking, so the children's garbage
     # collections never write to (and so never copy) the shared pages.
     gc_freeze: bool = True
+    # Slot defaults for the keys of SLOT_PARENT_KEYS (None: computed per slot).
+    child_timeout: float | None = None
+    max_count: int | None = None
 
     @property
     def shutdown_timeout(self) -> float:
@@ -87,14 +126,14 @@ def parse(document: dict[str, Any], path: Path) -> Topology:
     if not isinstance(slots_raw, list) or not slots_raw:
         raise TopologyError(f"{where}: slot must be one or more [[slot]] tables, got "
                             f"{slots_raw!r}")
-    slots = tuple(_slot(raw, i, table, where) for i, raw in enumerate(slots_raw))
+    topology = Topology(path, base, (), **_swarm_settings(swarm, where))
+    slots = tuple(_slot(raw, i, table, topology, where) for i, raw in enumerate(slots_raw))
     names = [s.name for s in slots]
     duplicate = next((n for n in names if names.count(n) > 1), None)
     if duplicate is not None:
         raise TopologyError(f"{where}: slot.name {duplicate!r} is used by more than one slot")
     _check_health_ports(slots, where)
-    topology = Topology(path, base, slots, **_swarm_settings(swarm, where))
-    return _with_memory_defaults(topology)
+    return replace(topology, slots=slots)
 
 
 def _table(value: Any, where: str, key: str) -> dict[str, Any]:
@@ -110,28 +149,35 @@ def _config(values: dict[str, Any], where: str) -> Config:
         raise TopologyError(str(exc)) from None
 
 
+def check_range(key: str, value: Any, at: str) -> None:
+    """Raise naming ``at``, the key and the value unless it is a number in RANGES[key]."""
+    integral, low, high = RANGES[key]
+    kind = "an integer" if integral else "a number"
+    ok_type = isinstance(value, int) if integral else isinstance(value, int | float)
+    # NaN fails every comparison, and inf would make a deadline unreachable or
+    # overflow a wait; "not low <= value <= high" refuses both.
+    if isinstance(value, bool) or not ok_type or not low <= value <= high:
+        raise TopologyError(f"{at} {key} must be {kind} of at least {_num(low)} and at most "
+                            f"{_num(high)}, got {value!r}")
+
+
+def _num(bound: float) -> str:
+    return str(int(bound)) if float(bound).is_integer() else str(bound)
+
+
 def _swarm_settings(values: dict[str, Any], where: str) -> dict[str, Any]:
-    settings: dict[str, Any] = {}
     for key, value in values.items():
         if key == "gc_freeze":
             if not isinstance(value, bool):
                 raise TopologyError(f"{where}: [wurk] gc_freeze must be true or false, "
                                     f"got {value!r}")
-            settings[key] = value
-            continue
-        integral = key in ("max_memory_mb", "boot_failure_limit")
-        ok_type = isinstance(value, int) if integral else isinstance(value, int | float)
-        # NaN passes a "< 0" test and would make every deadline unreachable.
-        if isinstance(value, bool) or not ok_type or math.isnan(value) or value < 0:
-            kind = "a non-negative integer" if integral else "a non-negative number"
-            raise TopologyError(f"{where}: [wurk] {key} must be {kind}, got {value!r}")
-        settings[key] = value
-    if settings.get("boot_failure_limit") == 0:
-        raise TopologyError(f"{where}: [wurk] boot_failure_limit must be at least 1, got 0")
-    return settings
+        else:
+            check_range(key, value, f"{where}: [wurk]")
+    return values
 
 
-def _slot(raw: Any, index: int, shared: dict[str, Any], where: str) -> Slot:
+def _slot(raw: Any, index: int, shared: dict[str, Any], topology: Topology,
+          where: str) -> Slot:
     at = f"{where}: slot[{index}]"
     table = _table(raw, at, "slot")
     unknown = sorted(set(table) - SLOT_KEYS)
@@ -140,30 +186,65 @@ def _slot(raw: Any, index: int, shared: dict[str, Any], where: str) -> Slot:
     name = table.pop("name", None)
     if not isinstance(name, str) or not name.strip():
         raise TopologyError(f"{at}: name must be a non-empty string, got {name!r}")
-    at = f"{where}: slot {name!r}"
+    at = f"{where}: slot {name!r}:"
     count = table.pop("count", 1)
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        raise TopologyError(f"{at}: count must be an integer of at least 1, got {count!r}")
-    memory = table.pop("max_memory_mb", None)
-    env = table.pop("env", {})
-    if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
-        raise TopologyError(f"{at}: env must be a table of strings, got {env!r}")
+    check_range("count", count, at)
+    own = {k: table.pop(k) for k in SLOT_PARENT_KEYS if k in table}
+    for key, value in own.items():
+        check_range(key, value, at)
+    env = _env(table.pop("env", {}), at)
     _check_queues(table.get("queues"), at)
-    config = _config({**shared, **table}, at)
-    if memory is not None and (isinstance(memory, bool) or not isinstance(memory, int)
-                               or memory < 0):
-        raise TopologyError(f"{at}: max_memory_mb must be a non-negative integer, got {memory!r}")
-    return Slot(name, count, config, -1 if memory is None else memory, dict(env))
+    config = _config({**shared, **table}, at.rstrip(":"))
+    for key in ("concurrency", "shutdown_timeout"):
+        # Name where the value came from: the slot's own table, or [wurk].
+        check_range(key, getattr(config, key), at if key in table else f"{where}: [wurk]")
+    slot = Slot(name, count, config, env=env)
+    return _resolve(slot, own, topology, at)
+
+
+def _env(env: Any, at: str) -> dict[str, str]:
+    """Variables os.environ can take: a bad one would crash every child at boot."""
+    if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
+        raise TopologyError(f"{at} env must be a table of strings, got {env!r}")
+    for key, value in env.items():
+        if not key or "=" in key or "\0" in key:
+            raise TopologyError(f"{at} env key {key!r} must be non-empty, without '=' or NUL")
+        if "\0" in value:
+            raise TopologyError(f"{at} env {key} must not contain NUL, got {value!r}")
+    return dict(env)
+
+
+def _resolve(slot: Slot, own: dict[str, Any], topology: Topology, at: str) -> Slot:
+    """The slot's own parent-only settings, else [wurk]'s, else the defaults; then checked
+    against the slot's count and heartbeat."""
+    def pick(key: str, default: Any) -> Any:
+        shared = getattr(topology, key)
+        return own.get(key, default if shared is None else shared)
+
+    beat = slot.config.heartbeat_interval
+    resolved = replace(
+        slot, max_memory_mb=pick("max_memory_mb", 0),
+        child_timeout=pick("child_timeout", max(CHILD_TIMEOUT_DEFAULT, CHILD_TIMEOUT_BEATS * beat)),
+        max_count=pick("max_count", min(MAX_CHILDREN, MAX_COUNT_FACTOR * slot.count)))
+    if resolved.max_count < slot.count:
+        raise TopologyError(f"{at} max_count must be at least the slot's count ({slot.count}), "
+                            f"got {resolved.max_count!r}")
+    if resolved.child_timeout < CHILD_TIMEOUT_MIN_BEATS * beat:
+        raise TopologyError(
+            f"{at} child_timeout must be at least {CHILD_TIMEOUT_MIN_BEATS} heartbeat_intervals "
+            f"({CHILD_TIMEOUT_MIN_BEATS * beat:g} s), got {resolved.child_timeout!r}")
+    return resolved
 
 
 def _check_health_ports(slots: tuple[Slot, ...], where: str) -> None:
-    """A fixed health port is a base: child N listens on base + N, so ranges must not meet."""
+    """A fixed health port is a base: child N listens on base + N, so ranges must not meet,
+    up to the slot's max_count (TTIN adds children at the next indexes)."""
     taken: dict[int, str] = {}
     for slot in slots:
         if slot.config.health_listen is None:
             continue
         _, base = parse_listen(slot.config.health_listen)
-        for port in range(base, base + slot.count) if base else ():
+        for port in range(base, base + slot.max_count) if base else ():
             owner = taken.setdefault(port, slot.name)
             if port > 65535 or owner != slot.name:
                 clash = "exceeds 65535" if port > 65535 else f"is also slot {owner!r}'s"
@@ -177,25 +258,11 @@ def _check_queues(queues: Any, at: str) -> None:
     if queues is None:
         return
     if not isinstance(queues, list) or not queues:
-        raise TopologyError(f"{at}: queues must be a non-empty list of strings, got {queues!r}")
+        raise TopologyError(f"{at} queues must be a non-empty list of strings, got {queues!r}")
     for spec in queues:
         if not isinstance(spec, str):
-            raise TopologyError(f"{at}: queues must be a list of strings, got {queues!r}")
+            raise TopologyError(f"{at} queues must be a list of strings, got {queues!r}")
         try:
             parse_queue(spec)
         except QueueSpecError as exc:
-            raise TopologyError(f"{at}: queues {exc}") from None
-
-
-def _with_memory_defaults(topology: Topology) -> Topology:
-    """A slot without its own max_memory_mb takes the [wurk] one."""
-    slots = tuple(
-        Slot(s.name, s.count, s.config,
-             topology.max_memory_mb if s.max_memory_mb < 0 else s.max_memory_mb, s.env)
-        for s in topology.slots
-    )
-    return Topology(topology.path, topology.base, slots, topology.max_memory_mb,
-                    topology.respawn_backoff_max, topology.boot_failure_limit,
-                    topology.shutdown_grace, topology.memory_check_interval,
-                    topology.gc_freeze)
-
+            raise TopologyError(f"{at} queues {exc}") from None

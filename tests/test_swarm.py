@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -458,6 +459,25 @@ def test_ttin_and_ttou_change_the_number_of_children(launch: Launch) -> None:
     assert swarm.proc.poll() is None
 
 
+def test_ttin_stops_at_each_slots_max_count(launch: Launch) -> None:
+    swarm = launch(slot("alpha", concurrency=1, queues=["qa"], max_count=2),
+                   slot("beta", count=2, concurrency=1, queues=["qb"]),
+                   layout={"alpha": 1, "beta": 2}, max_count=3)
+    swarm.wait_ready()
+    for sent in range(1, 4):
+        swarm.send(signal.SIGTTIN)  # one at a time: pending signals of a kind merge
+        swarm.wait_events("swarm.scale", count=sent)
+    swarm.wait_ready({"alpha": 2, "beta": 3})
+    refused = swarm.events("swarm.scale_refused")
+    assert [(e["slot"], e["wanted"], e["max_count"]) for e in refused] == [
+        ("alpha", 2, 2), ("beta", 3, 3)] * 2
+    assert swarm.events("swarm.scale")[-1]["wanted"] == {"alpha": 2, "beta": 3}
+    time.sleep(1.0)  # a respawn pass or two: still no child beyond the cap
+    swarm.wait_ready({"alpha": 2, "beta": 3}, timeout=1)
+    swarm.send(signal.SIGTERM)
+    assert swarm.wait_exit() == 0
+
+
 @pytest.mark.parametrize("signum", [signal.SIGHUP, signal.SIGUSR1], ids=["HUP", "USR1"])
 def test_rolling_restart_replaces_every_child_without_cutting_a_job(
         launch: Launch, r: redis.Redis, signum: int) -> None:
@@ -528,8 +548,47 @@ def test_usr2_logs_each_childs_status(launch: Launch, r: redis.Redis) -> None:
         assert event["pid"] == ready[key]["pid"]
         assert event["rss_kb"] > 1000
         assert isinstance(event["age"], float | int) and event["age"] >= 0
+        assert 0 <= event["silent"] < 5  # pulsed within a few 0.5 s heartbeats
     assert by_key[("beta", 0)]["busy"] == 1
     assert by_key[("alpha", 0)]["busy"] == 0
+
+
+def test_usr2_survives_a_busy_count_that_is_not_a_number(launch: Launch,
+                                                         r: redis.Redis) -> None:
+    swarm = launch(slot("alpha", concurrency=1, queues=["qa"]), layout={"alpha": 1})
+    info = swarm.wait_ready()[("alpha", 0)]
+    os.kill(info["pid"], signal.SIGSTOP)  # so its heartbeat cannot rewrite the field
+    try:
+        r.hset(info["identity"], "busy", "abc")
+        swarm.send(signal.SIGUSR2)
+        status = swarm.wait_events("child.status")[0]
+    finally:
+        os.kill(info["pid"], signal.SIGCONT)
+    assert status["pid"] == info["pid"] and status["busy"] is None
+    wait_for(lambda: r.hget(info["identity"], "busy") == "0", what="a beat rewrote busy")
+    swarm.send(signal.SIGUSR2)  # the supervise loop is still there to answer
+    assert swarm.wait_events("child.status", count=2)[1]["busy"] == 0
+    swarm.send(signal.SIGTERM)
+    assert swarm.wait_exit() == 0
+
+
+def test_out_of_descriptors_a_spawn_backs_off_instead_of_killing_the_swarm(
+        launch: Launch) -> None:
+    swarm = launch(slot("alpha", concurrency=1, queues=["qa"], max_count=3),
+                   layout={"alpha": 1})
+    first = swarm.wait_ready()
+    parent = psutil.Process(swarm.pid)
+    _, hard = resource.prlimit(swarm.pid, resource.RLIMIT_NOFILE)
+    resource.prlimit(swarm.pid, resource.RLIMIT_NOFILE, (parent.num_fds() + 1, hard))
+    swarm.send(signal.SIGTTIN)  # the next child's pipe needs two descriptors
+    failed = swarm.wait_events("child.spawn_failed", count=2)
+    assert failed[0]["slot"] == "alpha" and "Too many open files" in failed[0]["error"]
+    assert swarm.proc.poll() is None
+    resource.prlimit(swarm.pid, resource.RLIMIT_NOFILE, (4096, hard))
+    after = swarm.wait_ready({"alpha": 2}, timeout=20)
+    assert after[("alpha", 0)]["pid"] == first[("alpha", 0)]["pid"]
+    swarm.send(signal.SIGTERM)
+    assert swarm.wait_exit() == 0
 
 
 def test_scaling_away_a_pending_replacement_stops_the_child_it_replaces(

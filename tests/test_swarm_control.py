@@ -231,6 +231,24 @@ def test_stop_swarm_drains_it_and_the_parent_exits_0(launch: Launch, cli: Cli,
     assert cli("swarms").lines == ["no live swarms"]
 
 
+def test_remote_ttin_stops_at_the_slots_max_count(launch: Launch, cli: Cli,
+                                                  r: redis.Redis) -> None:
+    swarm = launch(slot("alpha", concurrency=1, queues=["qa"], max_count=3),
+                   layout={"alpha": 1})
+    swarm.wait_ready()
+    entry = registered(cli, swarm, children=1)
+    r.lpush(f"{entry['identity']}-signals", *["TTIN"] * 6)  # one taken per beat
+    wait_for(lambda: not r.exists(f"{entry['identity']}-signals"), timeout=20,
+             what="every TTIN taken")
+    refused = swarm.wait_events("swarm.scale_refused", count=4)
+    assert {(e["slot"], e["wanted"], e["max_count"]) for e in refused} == {("alpha", 3, 3)}
+    assert len(swarm.events("swarm.remote_signal", signal="TTIN", command="more")) == 6
+    swarm.wait_ready({"alpha": 3})
+    assert registered(cli, swarm, children=3)["slots"] == {"alpha": 3}
+    swarm.send(signal.SIGTERM)
+    assert swarm.wait_exit() == 0
+
+
 def test_restart_swarm_replaces_every_child(launch: Launch, cli: Cli) -> None:
     swarm = two_children(launch)
     entry = registered(cli, swarm)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from supervisor import cli
-from supervisor.topology import Topology, TopologyError, load, parse
+from supervisor.topology import MAX_CHILDREN, RANGES, Topology, TopologyError, load, parse
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -297,3 +297,112 @@ def test_cli_unreadable_file_exits_78(tmp_path: Path) -> None:
     assert proc.returncode == 78
     assert "absent.toml" in proc.stderr
     assert "cannot read" in proc.stderr
+
+
+# -- ranges: every number the parent reads is bounded ------------------------------
+
+def one_line_error(document: dict[str, Any], *parts: str) -> str:
+    message = error_of(document)
+    assert "\n" not in message, message
+    for part in parts:
+        assert part in message, (part, message)
+    return message
+
+
+@pytest.mark.parametrize(("document", "parts"), [
+    (minimal(wurk={"shutdown_grace": float("inf")}), ("[wurk] shutdown_grace", "inf")),
+    (minimal(wurk={"respawn_backoff_max": float("inf")}), ("[wurk] respawn_backoff_max",)),
+    (minimal(wurk={"memory_check_interval": 1e9}), ("[wurk] memory_check_interval",)),
+    (minimal(wurk={"max_memory_mb": 2**40}), ("[wurk] max_memory_mb", str(2**40))),
+    (minimal(wurk={"boot_failure_limit": 10**6}), ("[wurk] boot_failure_limit",)),
+    (minimal(wurk={"child_timeout": float("nan")}), ("[wurk] child_timeout", "nan")),
+    (minimal(wurk={"child_timeout": 0}), ("[wurk] child_timeout", "got 0")),
+    (minimal(wurk={"max_count": 10**6}), ("[wurk] max_count", "1000000")),
+    (minimal(slot=[{"name": "a", "count": 1_000_000}]), ("slot 'a': count", "1000000")),
+    (minimal(slot=[{"name": "a", "concurrency": 10_000_000}]),
+     ("slot 'a': concurrency", "10000000")),
+    (minimal(wurk={"concurrency": 10_000_000}), ("[wurk] concurrency", "10000000")),
+    (minimal(slot=[{"name": "a", "shutdown_timeout": 1e10}]),
+     ("slot 'a': shutdown_timeout", "10000000000.0")),
+    (minimal(slot=[{"name": "a", "max_memory_mb": -1}]), ("slot 'a': max_memory_mb", "-1")),
+    (minimal(slot=[{"name": "a", "child_timeout": float("inf")}]),
+     ("slot 'a': child_timeout", "inf")),
+    (minimal(slot=[{"name": "a", "count": 3, "max_count": 2}]),
+     ("slot 'a': max_count", "count (3)", "got 2")),
+    (minimal(wurk={"max_count": 2}, slot=[{"name": "a", "count": 3}]),
+     ("slot 'a': max_count", "got 2")),
+    (minimal(wurk={"heartbeat_interval": 5}, slot=[{"name": "a", "child_timeout": 6}]),
+     ("slot 'a': child_timeout", "2 heartbeat_intervals", "got 6")),
+], ids=["grace-inf", "backoff-inf", "memory-check-huge", "memory-huge", "boot-limit-huge",
+        "child-timeout-nan", "child-timeout-zero", "max-count-huge", "count-huge",
+        "slot-concurrency-huge", "wurk-concurrency-huge", "slot-shutdown-timeout-huge",
+        "slot-memory-negative", "slot-child-timeout-inf", "max-count-below-count",
+        "wurk-max-count-below-count", "child-timeout-below-two-beats"])
+def test_numbers_outside_their_range_are_refused(document: dict[str, Any],
+                                                 parts: tuple[str, ...]) -> None:
+    message = one_line_error(document, *parts)
+    assert "must be" in message and "at least" in message
+
+
+@pytest.mark.parametrize(("env", "part"), [
+    ({"A=B": "1"}, "'A=B'"),
+    ({"": "1"}, "''"),
+    ({"A\0B": "1"}, "'A\\x00B'"),
+    ({"OK": "a\0b"}, "'a\\x00b'"),
+], ids=["equals-in-key", "empty-key", "nul-in-key", "nul-in-value"])
+def test_env_that_os_environ_cannot_take_is_refused(env: dict[str, str], part: str) -> None:
+    one_line_error(minimal(slot=[{"name": "a", "env": env}]), "slot 'a': env", part)
+
+
+def test_parent_only_slot_settings_default_inherit_and_override() -> None:
+    document = minimal(wurk={"heartbeat_interval": 10},
+                       slot=[{"name": "a", "count": 2},
+                             {"name": "b", "count": 2, "child_timeout": 45, "max_count": 3},
+                             {"name": "c", "count": 300}])
+    a, b, c = parse(document, HERE).slots
+    assert (a.child_timeout, a.max_count) == (60, 8)      # 6 heartbeats; 4 x count
+    assert (b.child_timeout, b.max_count) == (45, 3)      # its own
+    assert c.max_count == 1000                            # never above the ceiling
+    assert parse(minimal(), HERE).slots[0].child_timeout == 30  # never under 30 s
+    shared = parse(minimal(wurk={"child_timeout": 12, "max_count": 5}), HERE).slots[0]
+    assert (shared.child_timeout, shared.max_count) == (12, 5)
+
+
+@pytest.mark.parametrize(("text", "named"), [
+    ("[wurk]\nshutdown_grace = inf\n[[slot]]\nname = 'a'\n", "[wurk] shutdown_grace"),
+    ("[[slot]]\nname = 'a'\ncount = 1000000\n", "slot 'a': count"),
+    ("[[slot]]\nname = 'a'\nconcurrency = 10000000\n", "slot 'a': concurrency"),
+    ("[[slot]]\nname = 'a'\nenv = { 'A=B' = '1' }\n", "slot 'a': env key 'A=B'"),
+    ("[[slot]]\nname = 'a'\nenv = { A = \"x\\u0000y\" }\n", "slot 'a': env A"),
+], ids=["grace-inf", "count", "concurrency", "env-key", "env-value"])
+def test_check_reports_a_range_error_in_one_line_with_exit_78(tmp_path: Path, text: str,
+                                                              named: str) -> None:
+    path = write(tmp_path, text)
+    proc = subprocess.run([sys.executable, "-m", "supervisor.cli", "--topology", str(path),
+                           "--check"], capture_output=True, text=True, timeout=30, check=False)
+    assert proc.returncode == 78, proc.stdout + proc.stderr
+    assert proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith(f"wurk-swarm: {path}: ")
+    assert named in proc.stderr
+
+
+def num(bound: float) -> str:
+    return str(int(bound)) if float(bound).is_integer() else str(bound)
+
+
+def test_readme_states_the_ranges_the_code_enforces() -> None:
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    rows = {line.split("|")[1].strip(" `"): line for line in readme.splitlines()
+            if line.startswith("| `")}
+    for key in ("max_memory_mb", "respawn_backoff_max", "boot_failure_limit", "shutdown_grace",
+                "memory_check_interval"):
+        _, low, high = RANGES[key]
+        assert f"| {num(low)} to {num(high)} |" in rows[key], (key, rows[key])
+    assert f"to {num(RANGES['child_timeout'][2])} |" in rows["child_timeout"]
+    assert f"to {num(RANGES['max_count'][2])} |" in rows["max_count"]
+    prose = " ".join(readme.split())
+    assert f"count` (children, default 1, at most {MAX_CHILDREN})" in prose
+    for key in ("concurrency", "shutdown_timeout"):
+        _, low, high = RANGES[key]
+        assert f"`{key}` must be {num(low)} to {num(high)}" in prose or (
+            f"`{key}` {num(low)} to {num(high)}" in prose), key

@@ -10,6 +10,8 @@ Duties, every ``heartbeat_interval`` seconds (and once at start):
 4. Deliver that signal (TSTP quiet, TERM stop, TTIN dump threads) to the
    launcher's callback, then run the optional ``on_beat`` hook (metrics
    gauges) and note the beat's time in ``last_beat`` (the health probe).
+   After every attempt, taken or failed, call ``on_pulse`` if its owner set
+   one (a swarm child tells its parent it is alive, Redis or not).
 5. At stop: flush the last counts, leave ``processes`` and delete the work
    hashes, letting the identity hash expire on its own as Sidekiq does.
 
@@ -70,6 +72,7 @@ class Heartbeat:
         self.in_flight = in_flight
         self.on_signal = on_signal
         self.on_beat = on_beat
+        self.on_pulse: Callable[[], None] | None = None
         # Monotonic time of the last beat Redis took (None before the first).
         self.last_beat: float | None = None
         self.identity = identity or make_identity()
@@ -113,6 +116,8 @@ class Heartbeat:
                 self.beat()
             except BaseException as exc:  # noqa: BLE001 - a missed beat is retried next time
                 log.error("heartbeat.error", error=f"{type(exc).__name__}: {exc}")
+            if self.on_pulse is not None:
+                self.on_pulse()
 
     def beat(self) -> None:
         self.flush()

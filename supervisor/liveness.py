@@ -1,0 +1,77 @@
+"""Child liveness: how the parent notices a child that stopped (SIGSTOP, a deadlock).
+
+A child's heartbeat loop pulses the parent through the child's ready pipe
+(which stays open for the child's whole life) after every beat attempt,
+whether Redis took the beat or not. The channel never touches Redis, so a
+Redis outage or a full Redis cannot make a healthy child look hung: its
+beats fail, its pulses keep coming. A SIGSTOPped or wedged child stops
+pulsing.
+
+Duties:
+1. Child side: :func:`pulser` gives the heartbeat a callable that writes one
+   byte to the pipe without ever blocking (a full pipe or a gone parent is
+   ignored: the parent reads every tick, and an orphan has no one to tell).
+2. Parent side: :func:`read_pipe` drains a child's pipe without blocking;
+   any byte is a pulse (the first line is the identity the child sends when
+   it is ready).
+3. :func:`hung` picks the ready children silent for longer than their slot's
+   ``child_timeout`` (the supervise loop KILLs and replaces them), and
+   :func:`all_fresh` says whether every ready child pulsed within
+   :data:`FRESH_BEATS` heartbeat intervals (the systemd watchdog is fed only
+   then). A child still booting is never judged: it pulses only once ready.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from supervisor.swarm import Child
+
+PULSE = b"."
+# A ready child that has not pulsed for this many heartbeat intervals is stale.
+FRESH_BEATS = 3
+
+
+def pulser(fd: int) -> Callable[[], None]:
+    """A callable that pulses the parent through ``fd`` and never blocks or raises."""
+    os.set_blocking(fd, False)
+
+    def pulse() -> None:
+        with contextlib.suppress(OSError):  # full pipe, or no parent to read it
+            os.write(fd, PULSE)
+    return pulse
+
+
+def read_pipe(fd: int) -> bytes | None:
+    """What the child wrote since the last read (b"" if nothing), or None at end of file."""
+    data = b""
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except BlockingIOError:
+            return data
+        except OSError:
+            return None
+        if not chunk:
+            return None
+        data += chunk
+
+
+def silent_for(child: Child, now: float) -> float:
+    return now - child.last_pulse
+
+
+def hung(children: Iterable[Child], now: float) -> list[Child]:
+    """Ready children silent past their slot's child_timeout, not already being stopped."""
+    return [c for c in children if c.ready and c.kill_at is None
+            and silent_for(c, now) > c.slot.child_timeout]
+
+
+def all_fresh(children: Iterable[Child], now: float) -> bool:
+    """Every ready child pulsed within FRESH_BEATS of its slot's heartbeat intervals."""
+    return all(silent_for(c, now) <= FRESH_BEATS * c.slot.config.heartbeat_interval
+               for c in children if c.ready)
