@@ -23,7 +23,7 @@ from typing import Any
 
 from wurk.config import Config, ConfigError
 from wurk.health import parse_listen
-from wurk.limits import MAX_CONCURRENCY, MAX_TIMEOUT
+from wurk.limits import MAX_CONCURRENCY, MAX_TIMEOUT, Range
 from wurk.queues import QueueSpecError, parse_queue
 
 # The most children one slot may have (its count, and TTIN's ceiling).
@@ -157,12 +157,8 @@ def check_range(key: str, value: Any, at: str) -> None:
     # NaN fails every comparison, and inf would make a deadline unreachable or
     # overflow a wait; "not low <= value <= high" refuses both.
     if isinstance(value, bool) or not ok_type or not low <= value <= high:
-        raise TopologyError(f"{at} {key} must be {kind} of at least {_num(low)} and at most "
-                            f"{_num(high)}, got {value!r}")
-
-
-def _num(bound: float) -> str:
-    return str(int(bound)) if float(bound).is_integer() else str(bound)
+        raise TopologyError(f"{at} {key} must be {kind} from {Range(low, high).describe()}, "
+                            f"got {value!r}")
 
 
 def _swarm_settings(values: dict[str, Any], where: str) -> dict[str, Any]:

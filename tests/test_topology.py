@@ -181,7 +181,7 @@ def test_wrong_types_name_the_key_and_value(document: dict[str, Any], key: str,
 def test_count_below_one(count: int) -> None:
     message = error_of(minimal(slot=[{"name": "a", "count": count}]))
     assert "count" in message
-    assert "at least 1" in message
+    assert "from 1 to" in message
     assert repr(count) in message
 
 
@@ -321,7 +321,7 @@ def one_line_error(document: dict[str, Any], *parts: str) -> str:
     (minimal(slot=[{"name": "a", "count": 1_000_000}]), ("slot 'a': count", "1000000")),
     (minimal(slot=[{"name": "a", "concurrency": 10_000_000}]),
      ("slot 'a': concurrency", "10000000")),
-    (minimal(wurk={"concurrency": 10_000_000}), ("[wurk] concurrency", "10000000")),
+    (minimal(wurk={"concurrency": 10_000_000}), ("[wurk]", "concurrency", "10000000")),
     (minimal(slot=[{"name": "a", "shutdown_timeout": 1e10}]),
      ("slot 'a': shutdown_timeout", "10000000000.0")),
     (minimal(slot=[{"name": "a", "max_memory_mb": -1}]), ("slot 'a': max_memory_mb", "-1")),
@@ -341,7 +341,7 @@ def one_line_error(document: dict[str, Any], *parts: str) -> str:
 def test_numbers_outside_their_range_are_refused(document: dict[str, Any],
                                                  parts: tuple[str, ...]) -> None:
     message = one_line_error(document, *parts)
-    assert "must be" in message and "at least" in message
+    assert "must be" in message and (" from " in message or "at least" in message)
 
 
 @pytest.mark.parametrize(("env", "part"), [
