@@ -36,6 +36,7 @@ import select
 import signal
 import threading
 import time
+import traceback
 import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -50,6 +51,7 @@ from supervisor.remote import RemoteControl, SwarmSnapshot
 from supervisor.systemd import Notifier
 from wurk import logging as wlog
 from wurk.cli import load_modules
+from wurk.threads import describe
 
 if TYPE_CHECKING:
     from supervisor.topology import Slot, Topology
@@ -213,11 +215,20 @@ class Swarm:
                 self.request_shutdown()
             while not self._finished.is_set():
                 self._wait(TICK)
-                self._tick()
+                self._tick_safely()
         finally:
             self._finished.set()
             self.notifier.close()
         return self.exit_code
+
+    def _tick_safely(self) -> None:
+        """One tick; an error of ours in it is logged and the next tick tries
+        again, since a dead supervise thread would leave every child unwatched."""
+        try:
+            self._tick()
+        except BaseException as exc:  # noqa: BLE001 - the supervisor outlives its own bugs
+            log.error("swarm.tick_failed", error=describe(exc),
+                      traceback=traceback.format_exc(limit=8))
 
     def _tick(self) -> None:
         self._read_ready_pipes()

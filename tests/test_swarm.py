@@ -28,6 +28,7 @@ from typing import Any
 import psutil
 import pytest
 import redis
+import structlog.testing
 from conftest import RedisServer, start_redis
 from waiting import wait_for
 
@@ -946,3 +947,31 @@ def test_hosted_swarm_in_an_asgi_app_boots_and_drains_with_the_app(
     assert done["exit_code"] == 0 and done["children_left"] == 0
     assert len(swarm.events("child.ready")) == 2
     assert r.smembers("processes") == set()
+
+
+def test_an_error_in_a_tick_is_logged_and_the_next_tick_runs(
+        redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The supervise thread outlives a bug of its own: a dead one would leave
+    every child unwatched (no reaping, no respawn, no drain)."""
+    topology = parse({"wurk": {"redis_url": redis_server.url},
+                      "slot": [{"name": "a", "count": 1}]}, Path("unit.toml"))
+    swarm = Swarm(topology, notifier=Notifier(None))
+    calls: list[str] = []
+
+    def flaky() -> None:
+        calls.append("tick")
+        if len(calls) == 1:
+            raise SystemExit("a bug of ours")
+
+    monkeypatch.setattr(swarm, "_read_ready_pipes", flaky)
+    monkeypatch.setattr(swarm, "_respawn_missing", lambda: None)
+    try:
+        with structlog.testing.capture_logs() as logs:
+            swarm._tick_safely()
+            swarm._tick_safely()
+        assert calls == ["tick", "tick"]
+        [failed] = [e for e in logs if e["event"] == "swarm.tick_failed"]
+        assert failed["error"] == "SystemExit: a bug of ours"
+    finally:
+        os.close(swarm._wake_r)
+        os.close(swarm._wake_w)
