@@ -172,8 +172,13 @@ class RetryHandler:
         Raises only if the stamped job cannot be serialised (a middleware put
         something in it that JSON cannot carry, or it is nested too deep).
         """
-        retry = job.get("retry", options.retry if options else True)
-        if retry is None or retry is False:
+        retry = job.get("retry")
+        if retry is None:
+            # Sidekiq fills a null (or missing) retry from the job class's own
+            # option. For a class this process does not know, Sidekiq drops
+            # the job; wurk retries it, so a deploy that adds the class runs it.
+            retry = options.retry if options else True
+        if retry is False:
             self._died(job, exc)
             return Settlement("dropped")
         now = time.time()
