@@ -1,9 +1,13 @@
 """The scheduler poller: moves due jobs from ``retry`` and ``schedule`` to queues.
 
 Duties:
-1. Every cycle, for ``retry`` then ``schedule``, pop due members one at a
-   time with the ZPOPBYSCORE script and push each through the client (a new
-   ``enqueued_at``, jid and created_at kept, every other key untouched).
+1. Every cycle, for ``retry`` then ``schedule``, move the due members to
+   their queues with a fresh ``enqueued_at`` (jid, created_at and every
+   other key kept). By default (``reliable_scheduler``) a batch of up to
+   100 due members is read and moved inside Redis by the PROMOTE script,
+   which pushes a member only if that same call removed it from the set.
+   With ``reliable_scheduler = false``, Sidekiq's classic way: pop one due
+   member with the ZPOPBYSCORE script, then push it through the client.
 2. One bad member (not JSON, nested too deep to decode, refused by the
    client, or anything else its own handling raises) goes to ``dead`` with a
    log line and every other due member still moves in the same cycle; a pop
