@@ -76,6 +76,7 @@ class ReliableFetch:
         self._quiet = False
         self._thread: threading.Thread | None = None
         self._resync_pending = False
+        self._registered = True
         self._disruptions_seen = config.pool.disruptions
         self.paused = PausedQueues(config)
         single = len(plan.names) == 1
@@ -86,9 +87,12 @@ class ReliableFetch:
 
     # -- lifecycle ------------------------------------------------------------
     def start(self) -> None:
-        self.config.pool.pipeline(
-            [("SADD", keys.WIP_OWNERS, self.identity),
-             ("SADD", keys.wip_queues(self.identity), *self.plan.names)], idempotent=True)
+        try:
+            self._register()
+        except Exception as exc:  # noqa: BLE001 - at maxmemory the claim still works
+            # CLAIM registers what it moves; only a blocking move needs this first.
+            log.warning("fetch.register_failed", error=f"{type(exc).__name__}: {exc}")
+            self._registered = False
         self._thread = threads.start("fetcher", self._loop, stopped=lambda: self._stopping)
 
     def quiet(self) -> None:
@@ -107,7 +111,8 @@ class ReliableFetch:
             self._wake.notify_all()
         self._release_waiters()
         if self._thread is not None:
-            self._thread.join(self.config.fetch_timeout + self.config.redis_read_timeout + 1)
+            self._thread.join(self.config.pool.deadline.clip(
+                self.config.fetch_timeout + self.config.redis_read_timeout + 1))
         with self._cond:
             unstarted = self._take_ready()
         self._flush_acks()
@@ -245,8 +250,18 @@ class ReliableFetch:
         self._give_back_if_quiet()
         return len(reply) // 2
 
+    def _register(self) -> None:
+        """Own our private lists before a blocking move can fill one (which
+        registers nothing itself), so recovery always finds them."""
+        self.config.pool.pipeline(
+            [("SADD", keys.WIP_OWNERS, self.identity),
+             ("SADD", keys.wip_queues(self.identity), *self.plan.names)], idempotent=True)
+        self._registered = True
+
     def _block(self) -> None:
         """Wait for work on the first unpaused queue (or just wait, if all are paused)."""
+        if not self._registered:
+            self._register()
         paused = self.paused.current()
         name = next((q for q in self.plan.order() if q not in paused), None)
         if name is None:
