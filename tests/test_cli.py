@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import redis
-from conftest import RedisServer, free_port, start_redis
+from conftest import RedisServer, fill_to_maxmemory, free_port
 from faultproxy import FaultProxy
 from waiting import wait_for
 
@@ -399,20 +399,9 @@ def test_term_while_waiting_for_redis_exits_0_at_once(
     assert "hunter2" not in worker.stderr()
 
 
-def fill_to_maxmemory(client: redis.Redis) -> None:
-    """Fill Redis until writes fail, then set maxmemory under what it holds."""
-    used = int(client.info("memory")["used_memory"])
-    client.config_set("maxmemory", used + 2_000_000)
-    client.config_set("maxmemory-policy", "noeviction")
-    with pytest.raises(redis.exceptions.OutOfMemoryError):
-        for i in range(10_000):
-            client.set(f"ballast:{i}", "x" * 10_000)
-    client.config_set("maxmemory", int(client.info("memory")["used_memory"]) - 100_000)
-
-
 def test_worker_starts_and_drains_its_queue_at_maxmemory(
-        spawn: Callable[..., Worker], tmp_path: Path) -> None:
-    server = start_redis()
+        spawn: Callable[..., Worker], own_redis: RedisServer, tmp_path: Path) -> None:
+    server = own_redis
     client = server.client()
     done = tmp_path / "done.txt"
     try:
@@ -437,12 +426,11 @@ def test_worker_starts_and_drains_its_queue_at_maxmemory(
         assert worker.wait(15) == 0
     finally:
         client.close()
-        server.stop()
 
 
 def test_term_while_redis_hangs_drains_on_time_and_loses_nothing(
-        spawn: Callable[..., Worker]) -> None:
-    server = start_redis()
+        spawn: Callable[..., Worker], own_redis: RedisServer) -> None:
+    server = own_redis
     client = server.client()
     try:
         raws = [push(client, "cli_slow", i)[1] for i in range(2)]
@@ -471,4 +459,3 @@ def test_term_while_redis_hangs_drains_on_time_and_loses_nothing(
         assert sorted(client.lrange("queue:default", 0, -1)) == sorted(raws)
     finally:
         client.close()
-        server.stop()
