@@ -5,9 +5,12 @@ Duties:
    are waiting, moving them atomically (CLAIM script) from their queue to a
    private list owned by this process's identity; acknowledgements waiting to
    be sent ride along in the same round trip. When every queue is empty it
-   blocks on BRPOPLPUSH instead of polling. Anything its loop raises is
-   logged (``fetch.error``) and the loop goes on after a pause; the thread
-   runs under :mod:`wurk.threads`.
+   blocks on BRPOPLPUSH instead of polling (at maxmemory, where Redis
+   refuses that move but not the claim, it polls with claims). The owner
+   registration at start is retried before a blocking move if it failed:
+   a claim registers what it moves, a blocking move does not. Anything its
+   loop raises is logged (``fetch.error``) and the loop goes on after a
+   pause; the thread runs under :mod:`wurk.threads`.
 2. ``acknowledge`` removes a finished job from the private list and retires
    its poison-pill counter (batched with the next claim, or sent at once by
    the processor when the fetcher is blocked). A failed job is not
@@ -33,6 +36,8 @@ import threading
 import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
+
+import redis.exceptions as rx
 
 from wurk import keys, settle, threads
 from wurk.fetch import PausedQueues, UnitOfWork
@@ -260,8 +265,6 @@ class ReliableFetch:
 
     def _block(self) -> None:
         """Wait for work on the first unpaused queue (or just wait, if all are paused)."""
-        if not self._registered:
-            self._register()
         paused = self.paused.current()
         name = next((q for q in self.plan.order() if q not in paused), None)
         if name is None:
@@ -271,10 +274,19 @@ class ReliableFetch:
         with self._cond:
             self._blocking = True
         try:
+            if not self._registered:
+                self._register()
             raw = self.config.pool.run(lambda c: c.call(
                 "BRPOPLPUSH", keys.queue(name), keys.wip(self.identity, name),
                 _block_arg(self._block_seconds),
                 timeout=self._block_seconds + self.config.redis_read_timeout))
+        except rx.OutOfMemoryError:
+            # At maxmemory Redis refuses a blocking move (and the registration
+            # before it), while a claim, which frees first, still works: wait
+            # as the block would have, then claim again.
+            raw = None
+            with self._cond:
+                self._wake.wait(self._block_seconds)
         finally:
             with self._cond:
                 self._blocking = False
