@@ -4,8 +4,8 @@ Duties, every ``heartbeat_interval`` seconds (and once at start):
 1. Flush processed/failed counts to ``stat:*`` and the per-day keys.
 2. Publish the in-flight jobs hash under both names Sidekiq reads
    (``<id>:workers`` for 6.4, ``<id>:work`` for 6.5+), with a 60 s TTL.
-   A flush Redis refused (at maxmemory, or unreachable) keeps its counts
-   for the next beat; it is logged and never stops the beat.
+   A flush Redis refused (at maxmemory) keeps its counts for the next
+   beat; it is logged and the beat goes on.
 3. Measure a PING round trip, then in one script (BEAT) pop one remote
    signal, register in ``processes`` and write the identity hash (info,
    busy, beat, quiet, rss, rtt_us, concurrency). The pop comes first, so
@@ -132,7 +132,9 @@ class Heartbeat:
     def beat(self) -> None:
         try:
             self.flush()
-        except Exception as exc:  # noqa: BLE001 - counts wait for the next beat; the beat goes on
+        except rx.ResponseError as exc:
+            # Refused (at maxmemory, say): the counts wait for the next beat,
+            # and the beat itself, which frees before it writes, goes on.
             log.warning("heartbeat.flush_failed", error=f"{type(exc).__name__}: {exc}")
         started = time.perf_counter()
         self.config.pool.call("PING", idempotent=True)
