@@ -1027,7 +1027,8 @@ HOSTED_SCRIPT = textwrap.dedent("""
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
             infos = [r.hget(i, "info") for i in r.smembers("processes")]
-            if sum(1 for i in infos if i and json.loads(i).get("swarm_pid") == os.getpid()) >= 1:
+            # Both children: one TERMed before it is ready exits without starting.
+            if sum(1 for i in infos if i and json.loads(i).get("swarm_pid") == os.getpid()) >= 2:
                 break
             await asyncio.sleep(0.1)
         print(json.dumps({"event": "hosted.ready", "children": len(infos)}), flush=True)
