@@ -46,7 +46,7 @@ from wurk.buffered import flush_push_buffers
 from wurk.cli import load_modules
 from wurk.client import Client
 from wurk.config import configure
-from wurk.launcher import Launcher, dump_threads
+from wurk.launcher import Launcher, dump_threads, stop_before_exit
 from wurk.redis_wait import wait_or_signal
 
 if TYPE_CHECKING:
@@ -189,7 +189,7 @@ def _serve_signals(launcher: Launcher, reader: socket.socket) -> int:
             if number == signal.SIGTERM:
                 # A second TERM while draining lands here again and is ignored
                 # because stop() is already under way on this thread.
-                launcher.stop()
+                stop_before_exit(launcher)
                 return EX_OK
             if number == signal.SIGTSTP:
                 launcher.quiet()

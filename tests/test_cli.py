@@ -49,6 +49,15 @@ JOBS_MODULE = textwrap.dedent("""
         time.sleep(30)
 
 
+    @wurk.job(name="cli_push_later")
+    def push_later(flag):
+        _r.rpush("cli:started", flag)
+        while not os.path.exists(flag):
+            time.sleep(0.05)
+        echo.perform_async("pushed during the outage")
+        time.sleep(30)
+
+
     @wurk.job(name="cli_touch")
     def touch(path, value):
         # No Redis write: this job must run where Redis refuses writes.
@@ -457,5 +466,28 @@ def test_term_while_redis_hangs_drains_on_time_and_loses_nothing(
         finally:
             config.reset_pool()
         assert sorted(client.lrange("queue:default", 0, -1)) == sorted(raws)
+    finally:
+        client.close()
+
+
+def test_term_in_an_outage_spools_buffered_pushes_within_the_drain(
+        spawn: Callable[..., Worker], own_redis: RedisServer, tmp_path: Path) -> None:
+    client = own_redis.client()
+    flag = tmp_path / "push-now"
+    try:
+        push(client, "cli_push_later", str(flag))
+        worker = spawn("-r", "clijobs", "-t", "1", REDIS_URL=own_redis.url)
+        wait_for(lambda: client.llen("cli:started") == 1, 15)
+        own_redis.stop()
+        flag.touch()  # the job pushes now: Redis is down, so the push is buffered
+        time.sleep(0.5)
+        started = time.monotonic()
+        worker.send(signal.SIGTERM)
+        assert worker.wait(30) == 0, worker.stderr()
+        elapsed = time.monotonic() - started
+        # Before: the exit flush waited push_flush_timeout (5 s) past the drain.
+        assert elapsed < 3.5, elapsed
+        spooled = [e for e in worker.events() if e.get("event") == "push.spooled"]
+        assert spooled and spooled[0]["jobs"] == 1, worker.stderr()
     finally:
         client.close()

@@ -36,7 +36,7 @@ from types import ModuleType
 from wurk import admin
 from wurk import logging as wlog
 from wurk.config import Config, ConfigError, configure
-from wurk.launcher import Launcher, dump_threads
+from wurk.launcher import Launcher, dump_threads, stop_before_exit
 from wurk.redaction import redact_text
 from wurk.redis_wait import wait_or_signal
 from wurk.version import __version__
@@ -191,7 +191,7 @@ def _serve(launcher: Launcher, reader: socket.socket) -> int:
     while True:
         for number in reader.recv(64):
             if number in (signal.SIGTERM, signal.SIGINT):
-                launcher.stop()
+                stop_before_exit(launcher)
                 return 0
             if number == signal.SIGTSTP:
                 launcher.quiet()

@@ -20,6 +20,9 @@ Duties:
    process still exits on time.
 4. Route remote signals from the heartbeat: TSTP quiets, TERM asks the
    owner to stop (via ``on_stop_request``), TTIN dumps thread stacks.
+5. :func:`stop_before_exit`, for a process that exits after the stop
+   (``wurk run``, a swarm child): stop, then send or spool what the push
+   buffers still hold, both within the same drain deadline.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from wurk import health, metrics
+from wurk.buffered import flush_push_buffers
 from wurk.heartbeat import Heartbeat, make_identity
 from wurk.job import Registry, registry
 from wurk.logging import get_logger
@@ -138,6 +142,16 @@ class Launcher:
                 threading.Thread(target=self.stop, name="wurk-remote-stop", daemon=True).start()
         elif name == "TTIN":
             dump_threads()
+
+
+def stop_before_exit(launcher: Launcher) -> int:
+    """Stop, then flush (or spool) the push buffers by the same drain deadline,
+    so that a process leaving during a Redis outage still leaves on time."""
+    deadline = time.monotonic() + launcher.config.shutdown_timeout
+    requeued = launcher.stop(deadline)
+    with launcher.config.pool.deadline.bounded(deadline + STOP_MARGIN):
+        flush_push_buffers()
+    return requeued
 
 
 def dump_threads() -> None:
