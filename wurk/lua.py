@@ -4,9 +4,10 @@ Each multi-step atomic operation is a named script here, so reviewing what
 runs inside Redis means reading one file.
 
 At maxmemory (``noeviction``) Redis refuses every command that may grow
-memory, but inside a script only until the script has written something
-(Redis 6.2 and 7.x alike; ``#!lua flags=allow-oom`` is 7.0+ only). The
-moves a draining worker needs (claim, acknowledge, requeue, recover, the
+memory, but inside a script only until the script has written something,
+even a write that changed nothing (tested on Redis 7.0.15; 6.2's scripting
+has the same rule, while ``#!lua flags=allow-oom`` is 7.0+ only). The moves
+a draining worker needs (claim, acknowledge, settle, requeue, recover, the
 heartbeat) therefore start with a write that frees: a pop or a removal, made
 before any push or add, so they keep working when Redis is full.
 """

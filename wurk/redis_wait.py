@@ -9,20 +9,20 @@ Duties:
 2. :func:`wait_or_signal`: run that wait on a thread of its own while the
    caller's thread keeps reading signal numbers from its wakeup socket, so
    a TERM ends the wait at any moment, even in the middle of a dial.
-3. :func:`redact_url`: a Redis URL fit for a log line or an error message.
+
+URLs in its log lines go through :func:`wurk.redaction.redact_url`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import re
 import socket
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit, urlunsplit
 
 from wurk.logging import get_logger
+from wurk.redaction import redact_url
 from wurk.redis_pool import ErrorKind, PoolExhausted, classify
 
 if TYPE_CHECKING:
@@ -33,20 +33,6 @@ FIRST_PAUSE = 0.5
 MAX_PAUSE = 10.0
 # Sent on the owner's wakeup socket when the wait ends; no signal has number 0.
 WAIT_OVER = 0
-_QUERY_PASSWORD = re.compile(r"(?i)((?:^|&)password=)[^&]*")
-
-
-def redact_url(url: str) -> str:
-    """``url`` with any password (in the userinfo or a ``password=`` query) as ``***``."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "(a Redis URL that cannot be parsed)"
-    userinfo, at, hostport = parts.netloc.rpartition("@")
-    if ":" in userinfo:
-        userinfo = userinfo.split(":", 1)[0] + ":***"
-    query = _QUERY_PASSWORD.sub(r"\1***", parts.query)
-    return urlunsplit(parts._replace(netloc=f"{userinfo}{at}{hostport}", query=query))
 
 
 def waiting_helps(exc: BaseException) -> bool:
