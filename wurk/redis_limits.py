@@ -17,6 +17,7 @@ Duties:
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -73,8 +74,10 @@ class Deadline:
         return left is None or pause < left
 
 
+@functools.cache
 def bounded_dial(connection_class: type[Any]) -> type[Any]:
-    """A subclass of ``connection_class`` whose dial runs on the connect timeout."""
+    """A subclass of ``connection_class`` whose dial runs on the connect timeout
+    (one per class, however many pools use it)."""
 
     class BoundedDial(connection_class):  # type: ignore[misc]
         def _connect(self) -> Any:
