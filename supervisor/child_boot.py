@@ -7,14 +7,19 @@ Duties, in order:
    re-seed random, and set up logging afresh.
 2. Ask the kernel for SIGTERM when the parent dies (PR_SET_PDEATHSIG) and
    check at once that the parent is still the one that forked us.
-3. Import the slot's own ``require`` modules and prove Redis answers; a
-   failure here exits with :data:`EX_BOOT` and a clear log line.
-4. Start the launcher, tell the parent we are ready (our identity on the
+3. Import the slot's own ``require`` modules; a failure here is the
+   application's and exits with :data:`EX_BOOT` and a clear log line (the
+   parent counts those toward ``boot_failure_limit``).
+4. Wait for Redis to answer (``wurk.redis_wait``): an unreachable Redis is
+   an outage, not a boot error, so the child waits with backoff, logging
+   each attempt, and a TERM meanwhile ends it with :data:`EX_OK`. Only a
+   refusal that waiting cannot fix (a wrong password) exits with EX_BOOT.
+5. Start the launcher, tell the parent we are ready (our identity on the
    ready pipe), then keep that pipe open for the heartbeat's liveness
    pulses (``supervisor.liveness``); keep the process title current, and
    watch for orphaning, on two supervised threads (``wurk.threads``) that
    outlive any error.
-5. On TERM (or orphaning) drain within shutdown_timeout and leave with
+6. On TERM (or orphaning) drain within shutdown_timeout and leave with
    ``os._exit`` so nothing inherited from the parent runs at exit.
 """
 
@@ -41,13 +46,15 @@ from wurk.buffered import flush_push_buffers
 from wurk.cli import load_modules
 from wurk.client import Client
 from wurk.config import configure
-from wurk.launcher import Launcher, dump_threads
+from wurk.launcher import Launcher, dump_threads, stop_before_exit
+from wurk.redis_wait import wait_or_signal
 
 if TYPE_CHECKING:
     from supervisor.topology import Slot
 
 EX_OK = 0
-# The slot cannot boot (import error, Redis unreachable): EX_UNAVAILABLE.
+# The slot cannot boot (its modules fail to import, Redis refuses our
+# credentials): EX_UNAVAILABLE. An unreachable Redis is waited for instead.
 # Not 3: gunicorn's master halts when any child it reaps exits with 3.
 EX_BOOT = 69
 EX_CRASH = 70        # an unexpected error after boot
@@ -95,16 +102,21 @@ def _boot_and_work(slot: Slot, index: int, parent_pid: int, ready_fd: int,
         return EX_OK
     setproctitle.setproctitle(f"wurk-swarm: child {slot.name}#{index} booting")
     os.environ.update(slot.env)
+    quiet: list[bool] = []
     try:
         load_modules(slot.config.require)
-        slot.config.pool.call("PING", idempotent=True)
-    except Exception as exc:  # noqa: BLE001 - any boot failure gets the boot exit code
+        if not wait_or_signal(slot.config.pool, *wakeup, lambda n: _while_booting(n, quiet)):
+            log.info("child.stopped_while_waiting", slot=slot.name, index=index)
+            return EX_OK
+    except BaseException as exc:  # noqa: BLE001 - SystemExit from an app module included
         log.error("child.boot_failed", slot=slot.name, index=index,
                   error=f"{type(exc).__name__}: {exc}")
         return EX_BOOT
     launcher = Launcher(slot.config, on_stop_request=lambda: _poke(wakeup[1]),
                         extra_info={"slot": slot.name, "index": index, "swarm_pid": parent_pid})
     launcher.start()
+    if quiet:
+        launcher.quiet()
     _send_ready(ready_fd, launcher.identity)
     # Only after the ready line, so the parent reads the identity first.
     launcher.heartbeat.on_pulse = pulser(ready_fd)
@@ -162,13 +174,22 @@ def _send_ready(fd: int, identity: str) -> None:
         os.write(fd, f"{identity}\n".encode())
 
 
+def _while_booting(number: int, quiet: list[bool]) -> bool:
+    """A signal that arrives while we wait for Redis: True to give up (TERM)."""
+    if number == signal.SIGTSTP:
+        quiet.append(True)  # honoured as soon as the launcher runs
+    elif number == signal.SIGTTIN:
+        dump_threads()
+    return number == signal.SIGTERM
+
+
 def _serve_signals(launcher: Launcher, reader: socket.socket) -> int:
     while True:
         for number in reader.recv(64):
             if number == signal.SIGTERM:
                 # A second TERM while draining lands here again and is ignored
                 # because stop() is already under way on this thread.
-                launcher.stop()
+                stop_before_exit(launcher)
                 return EX_OK
             if number == signal.SIGTSTP:
                 launcher.quiet()

@@ -12,9 +12,10 @@ Duties:
    ``beat`` (epoch seconds), ``state`` (running, quiet or draining) and
    ``children`` (a JSON list of the children's identities).
 2. ``refresh``, called on every supervise tick, acts at most once per
-   ``heartbeat_interval``: one MULTI registers, rewrites the hash with a
-   60 s TTL and RPOPs one signal, which it hands to the swarm as a command
-   (see :data:`SIGNAL_COMMANDS`).
+   ``heartbeat_interval``: one script (``wurk.lua.BEAT``, as a worker's
+   heartbeat) RPOPs one signal, registers and rewrites the hash with a 60 s
+   TTL, so it still lands when Redis is at maxmemory; the signal goes to
+   the swarm as a command (see :data:`SIGNAL_COMMANDS`).
 3. ``unregister`` when the drain ends: leave the set, delete the hash and
    any signals still queued.
 4. Never stall or crash supervision over Redis: one try per call, never a
@@ -36,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from wurk import keys
 from wurk import logging as wlog
+from wurk.lua import BEAT
 
 if TYPE_CHECKING:
     from wurk.config import Config
@@ -88,25 +90,22 @@ class RemoteControl:
             return
         self._next_refresh = now + self.config.heartbeat_interval
         self._touched = True
+        fields = self._fields(snapshot)
         try:
-            replies = self.config.pool.pipeline(self._beat_commands(snapshot),
-                                                transaction=True, attempts=1)
+            signal = self.config.pool.run(lambda c: BEAT.run(
+                c, [keys.SWARMS, self.identity, keys.signals(self.identity)],
+                [self.identity, keys.HEARTBEAT_TTL, *fields]), attempts=1)
         except Exception as exc:  # noqa: BLE001 - Redis trouble: try again next refresh
             log.warning("swarm.remote_failed", identity=self.identity,
                         error=f"{type(exc).__name__}: {exc}")
             return
-        if replies[-1] is not None:
-            self._obey(_text(replies[-1]))
+        if signal is not None:
+            self._obey(_text(signal))
 
-    def _beat_commands(self, snapshot: SwarmSnapshot) -> list[tuple[Any, ...]]:
+    def _fields(self, snapshot: SwarmSnapshot) -> list[Any]:
         info = json.dumps({**self._info, "slots": snapshot.slots})
-        return [
-            ("SADD", keys.SWARMS, self.identity),
-            ("HSET", self.identity, "info", info, "beat", repr(time.time()),
-             "state", snapshot.state, "children", json.dumps(snapshot.children)),
-            ("EXPIRE", self.identity, keys.HEARTBEAT_TTL),
-            ("RPOP", keys.signals(self.identity)),
-        ]
+        return ["info", info, "beat", repr(time.time()), "state", snapshot.state,
+                "children", json.dumps(snapshot.children)]
 
     def _obey(self, name: str) -> None:
         command = SIGNAL_COMMANDS.get(name)

@@ -7,13 +7,15 @@ Duties:
 2. ``supervise`` (a dedicated thread, which also does every fork, so the
    kernel's parent-death signal stays armed as long as the swarm lives):
    reap children, respawn a dead child in its slot and index with a per-slot
-   exponential backoff, give up when a slot keeps dying before it ever became
-   ready, KILL and replace a child that stopped pulsing for ``child_timeout``
-   (``supervisor.liveness``), recycle children above ``max_memory_mb``, and
-   carry out the commands the main thread hands over (quiet, rolling
-   restart, more/fewer children up to each slot's ``max_count``, a status
-   dump, ``supervisor.status``). A reaped child's jobs and registration are
-   cleaned up in Redis by ``supervisor.reaped``.
+   exponential backoff, give up when a slot's children keep failing to boot
+   (exit :data:`EX_BOOT`: the application cannot load; a child waiting for
+   an unreachable Redis is not failing), KILL and replace a child that
+   stopped pulsing for ``child_timeout`` (``supervisor.liveness``), recycle
+   children above ``max_memory_mb``, and carry out the commands the main
+   thread hands over (quiet, rolling restart, more/fewer children up to each
+   slot's ``max_count``, a status dump, ``supervisor.status``). A reaped
+   child's jobs and registration are cleaned up in Redis by
+   ``supervisor.reaped``.
 3. ``request_shutdown`` (thread-safe, idempotent) asks the supervise thread
    to drain: TERM every child, wait shutdown_timeout + grace, KILL the rest,
    reap all. ``shutdown`` does the same directly when no supervisor runs.
@@ -425,7 +427,7 @@ class Swarm:
         if self._draining or child.retiring:
             return
         state = self.slots[child.slot.name]
-        if not child.ready:
+        if not child.ready and code == EX_BOOT:
             self._boot_failed(state, code)
             return
         lived = time.monotonic() - child.born

@@ -168,3 +168,25 @@ def _own_spool(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPat
     """Each test (and every process it starts) spools into its own directory,
     never into the user's ~/.local/state."""
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
+
+
+def fill_to_maxmemory(client: redis.Redis) -> None:
+    """Fill Redis (``noeviction``) until writes fail, then set maxmemory below
+    what it holds, so that every write that may grow memory is refused."""
+    used = int(client.info("memory")["used_memory"])
+    client.config_set("maxmemory", used + 2_000_000)
+    client.config_set("maxmemory-policy", "noeviction")
+    with pytest.raises(redis.exceptions.OutOfMemoryError):
+        for i in range(10_000):
+            client.set(f"ballast:{i}", "x" * 10_000)
+    client.config_set("maxmemory", int(client.info("memory")["used_memory"]) - 100_000)
+
+
+@pytest.fixture
+def own_redis() -> Iterator[RedisServer]:
+    """A redis-server of the test's own, to fill up, stop or restart."""
+    server = start_redis()
+    reap_probe_clients()
+    yield server
+    server.stop()
+    shutil.rmtree(server.workdir, ignore_errors=True)

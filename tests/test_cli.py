@@ -10,15 +10,19 @@ import sys
 import textwrap
 import time
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
-from conftest import RedisServer
+from conftest import RedisServer, fill_to_maxmemory, free_port
+from faultproxy import FaultProxy
 from waiting import wait_for
 
+from wurk.config import Config
 from wurk.payload import new_jid
+from wurk.reaper import recover
 
 REPO = Path(__file__).resolve().parent.parent
 EX_CONFIG = 78
@@ -43,6 +47,22 @@ JOBS_MODULE = textwrap.dedent("""
     def slow(value):
         _r.rpush("cli:started", str(value))
         time.sleep(30)
+
+
+    @wurk.job(name="cli_push_later")
+    def push_later(flag):
+        _r.rpush("cli:started", flag)
+        while not os.path.exists(flag):
+            time.sleep(0.05)
+        echo.perform_async("pushed during the outage")
+        time.sleep(30)
+
+
+    @wurk.job(name="cli_touch")
+    def touch(path, value):
+        # No Redis write: this job must run where Redis refuses writes.
+        with open(path, "a") as fh:
+            fh.write(f"{value}\\n")
 """)
 
 
@@ -326,3 +346,148 @@ def test_job_module_by_path(r: redis.Redis, spawn: Callable[..., Worker],
     assert worker.proc.poll() is None, worker.stderr()
     worker.send(signal.SIGINT)
     assert worker.wait(5) == 0
+
+
+# -- Redis trouble at start and at stop -----------------------------------------------
+
+def unreachable(worker: Worker) -> list[dict[str, Any]]:
+    return [e for e in worker.events() if e.get("event") == "redis.unreachable"]
+
+
+def at(event: dict[str, Any]) -> float:
+    return datetime.fromisoformat(event["timestamp"].replace("Z", "+00:00")).timestamp()
+
+
+def wait_unreachable(worker: Worker, count: int) -> list[dict[str, Any]]:
+    def enough() -> list[dict[str, Any]] | None:
+        assert worker.proc.poll() is None, worker.stderr()
+        events = unreachable(worker)
+        return events if len(events) >= count else None
+    return wait_for(enough, 15, what=f"{count} redis.unreachable lines")  # type: ignore[no-any-return]
+
+
+def test_run_waits_for_an_unreachable_redis_and_starts_when_it_returns(
+        r: redis.Redis, redis_server: RedisServer, spawn: Callable[..., Worker]) -> None:
+    proxy = FaultProxy(redis_server.port)
+    proxy.refuse()
+    try:
+        push(r, "cli_echo", "after-the-outage")
+        worker = spawn("-r", "clijobs", REDIS_URL=proxy.url)
+        lines = wait_unreachable(worker, 3)
+        assert [(e["attempt"], e["retry_in"]) for e in lines[:3]] == [(1, 0.5), (2, 1.0),
+                                                                      (3, 2.0)]
+        assert lines[0]["url"] == proxy.url
+        proxy.heal()
+        wait_for(lambda: r.lrange("cli:done", 0, -1) == ["after-the-outage"], 15)
+        assert any(e.get("event") == "redis.reachable" for e in worker.events())
+        worker.send(signal.SIGTERM)
+        assert worker.wait(10) == 0
+    finally:
+        proxy.close()
+
+
+@pytest.mark.parametrize("scheme", ["redis", "rediss"], ids=["nothing-listens", "tls-to-plain"])
+def test_term_while_waiting_for_redis_exits_0_at_once(
+        redis_server: RedisServer, spawn: Callable[..., Worker], scheme: str) -> None:
+    # Nothing listens on a fresh port; a plain redis-server never answers a
+    # TLS ClientHello, so that handshake hangs until a timeout ends it.
+    port = free_port() if scheme == "redis" else redis_server.port
+    worker = spawn(REDIS_URL=f"{scheme}://:hunter2@127.0.0.1:{port}/0",
+                   WURK_REDIS_CONNECT_TIMEOUT="0.5", WURK_REDIS_READ_TIMEOUT="6")
+    first, second = wait_unreachable(worker, 2)[:2]
+    # One attempt lasts at most the connect timeout (the handshake included),
+    # not the read timeout: 0.5 s pause + 0.5 s dial, with room for a slow host.
+    assert at(second) - at(first) < 2.5
+    assert first["url"] == f"{scheme}://:***@127.0.0.1:{port}/0"
+    time.sleep(1.2)  # into the third attempt: a dial (TLS) or a pause (refused)
+    started = time.monotonic()
+    worker.send(signal.SIGTERM)
+    assert worker.wait(10) == 0
+    # About 0.2 s on an idle host (interpreter exit); before: 14-44 s, TERM or not.
+    assert time.monotonic() - started < 3.0
+    assert "hunter2" not in worker.stderr()
+
+
+def test_worker_starts_and_drains_its_queue_at_maxmemory(
+        spawn: Callable[..., Worker], own_redis: RedisServer, tmp_path: Path) -> None:
+    server = own_redis
+    client = server.client()
+    done = tmp_path / "done.txt"
+    try:
+        for i in range(40):
+            push(client, "cli_touch", str(done), i)
+        fill_to_maxmemory(client)
+        worker = spawn("-r", "clijobs", "-c", "2", REDIS_URL=server.url)
+        wait_for(lambda: worker.proc.poll() is not None
+                 or (done.exists() and len(done.read_text().split()) == 40), 30)
+        assert worker.proc.poll() is None, worker.stderr()  # before: exit 70 at start
+        # Every job acknowledged: nothing left in the queue or a private list.
+        wait_for(lambda: client.llen("queue:default") == 0 and not any(
+            client.llen(k) for k in client.scan_iter("wurk:wip:*") if client.type(k) == "list"))
+        assert sorted(int(v) for v in done.read_text().split()) == list(range(40))
+        # The beat lands at maxmemory (the process stays visible); the stats
+        # flush does not, and says so without stopping anything.
+        assert len(client.smembers("processes")) == 1
+        assert any(e.get("event") == "heartbeat.flush_failed" for e in worker.events())
+        with pytest.raises(redis.exceptions.OutOfMemoryError):
+            client.set("still", "full")
+        worker.send(signal.SIGTERM)
+        assert worker.wait(15) == 0
+    finally:
+        client.close()
+
+
+def test_term_while_redis_hangs_drains_on_time_and_loses_nothing(
+        spawn: Callable[..., Worker], own_redis: RedisServer) -> None:
+    server = own_redis
+    client = server.client()
+    try:
+        raws = [push(client, "cli_slow", i)[1] for i in range(2)]
+        worker = spawn("-r", "clijobs", "-c", "2", "-t", "1", REDIS_URL=server.url)
+        wait_for(lambda: client.llen("cli:started") == 2, 15)
+        identity = registered_identity(client, worker)
+        # A stopped server: dials still land in its backlog, replies never come.
+        os.kill(server.proc.pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            worker.send(signal.SIGTERM)
+            code = worker.wait(40)
+            elapsed = time.monotonic() - started
+        finally:
+            os.kill(server.proc.pid, signal.SIGCONT)
+        assert code == 0, worker.stderr()
+        # shutdown_timeout 1 s, then at most STOP_MARGIN (1 s) for Redis, plus exit.
+        assert elapsed < 3.5, elapsed
+        # Both jobs are still in Redis: given back, or left in the private list
+        # for the reaper; recovering that list puts them back.
+        config = Config(redis_url=server.url)
+        try:
+            recover(config, identity)
+        finally:
+            config.reset_pool()
+        assert sorted(client.lrange("queue:default", 0, -1)) == sorted(raws)
+    finally:
+        client.close()
+
+
+def test_term_in_an_outage_spools_buffered_pushes_within_the_drain(
+        spawn: Callable[..., Worker], own_redis: RedisServer, tmp_path: Path) -> None:
+    client = own_redis.client()
+    flag = tmp_path / "push-now"
+    try:
+        push(client, "cli_push_later", str(flag))
+        worker = spawn("-r", "clijobs", "-t", "1", REDIS_URL=own_redis.url)
+        wait_for(lambda: client.llen("cli:started") == 1, 15)
+        own_redis.stop()
+        flag.touch()  # the job pushes now: Redis is down, so the push is buffered
+        time.sleep(0.5)
+        started = time.monotonic()
+        worker.send(signal.SIGTERM)
+        assert worker.wait(30) == 0, worker.stderr()
+        elapsed = time.monotonic() - started
+        # Before: the exit flush waited push_flush_timeout (5 s) past the drain.
+        assert elapsed < 3.5, elapsed
+        spooled = [e for e in worker.events() if e.get("event") == "push.spooled"]
+        assert spooled and spooled[0]["jobs"] == 1, worker.stderr()
+    finally:
+        client.close()

@@ -14,14 +14,17 @@ from typing import Any
 
 import pytest
 import redis
+from conftest import RedisServer, fill_to_maxmemory
 from structlog.testing import capture_logs
 from waiting import wait_for
 
 import wurk
 from wurk.config import Config
-from wurk.heartbeat import make_identity
+from wurk.heartbeat import Heartbeat, make_identity
 from wurk.job import JobFunction, registry
 from wurk.launcher import Launcher
+from wurk.manager import Counters, InFlightTable
+from wurk.queues import parse_queues
 from wurk.version import __version__
 
 Launch = Callable[..., Launcher]
@@ -247,3 +250,32 @@ def test_remote_ttin_dumps_threads_and_unknown_signals_are_ignored(
     assert any(name.startswith("wurk-processor-") for name in dumped)
     assert not launcher.stopped.is_set()
     assert r.hget(launcher.identity, "quiet") == "false"
+
+
+def test_at_maxmemory_the_beat_lands_and_refused_counts_wait_for_the_next(
+        own_redis: RedisServer) -> None:
+    client = own_redis.client()
+    config = Config(redis_url=own_redis.url, log_level="warning")
+    counters, in_flight = Counters(), InFlightTable()
+    delivered: list[str] = []
+    heartbeat = Heartbeat(config, parse_queues(["default"]), counters=counters,
+                          in_flight=in_flight, on_signal=delivered.append)
+    try:
+        counters.record(failed=True)
+        signal_process(client, heartbeat.identity, "TSTP")
+        fill_to_maxmemory(client)
+        with capture_logs() as logs:
+            heartbeat.beat()  # before: OutOfMemoryError from the stats flush
+        assert heartbeat.identity in client.smembers("processes")
+        assert client.hget(heartbeat.identity, "beat")
+        assert delivered == ["TSTP"]
+        assert [e["event"] for e in logs if e["log_level"] == "warning"] == [
+            "heartbeat.flush_failed"]
+        assert counters.take() == (1, 1)  # kept for the next beat, not lost
+        client.config_set("maxmemory", 0)
+        counters.give_back(1, 1)
+        heartbeat.beat()
+        assert client.get("stat:processed") == client.get("stat:failed") == "1"
+    finally:
+        config.reset_pool()
+        client.close()

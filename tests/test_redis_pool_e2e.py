@@ -22,6 +22,7 @@ from conftest import RedisServer, reap_probe_clients, start_redis
 from faultproxy import FaultProxy
 from recording import Recorder
 
+from wurk.redis_limits import DeadlinePassed
 from wurk.redis_pool import Conn, ConnectError, RedisPool, RetrySettings
 
 
@@ -338,3 +339,56 @@ def test_interrupted_block_does_not_leave_a_stale_reply(
         pool.run(interrupted)
     proxy.heal()
     assert pool.call("ECHO", "fresh", idempotent=True) == b"fresh"
+
+
+# -- the pool's deadline (a drain) -----------------------------------------------------
+
+def test_past_the_deadline_nothing_is_dialed_or_sent(proxy: FaultProxy, rec: Recorder,
+                                                      make_pool: Callable[..., RedisPool]) -> None:
+    pool = make_pool(proxy.url)
+    with pool.deadline.bounded(time.monotonic() - 1), pytest.raises(DeadlinePassed):
+        pool.call("SET", "late", "1", idempotent=True)
+    assert proxy.accepted == 0
+    assert rec.actions == [("deadline", 1)]
+
+
+def test_retries_stop_at_the_deadline(proxy: FaultProxy, rec: Recorder,
+                                      make_pool: Callable[..., RedisPool]) -> None:
+    pool = make_pool(proxy.url, sleep=time.sleep,
+                     retry=RetrySettings(max_attempts=10, base=0.2, cap=1.0))
+    proxy.refuse()
+    started = time.monotonic()
+    with pool.deadline.bounded(started + 0.5), pytest.raises(ConnectError):
+        pool.call("PING", idempotent=True)
+    # Without the deadline: ten attempts, about 6 s of pauses.
+    assert time.monotonic() - started < 0.5
+    assert rec.actions[-1][0] == "deadline"
+    assert pool.deadline.at is None  # the bound ends with its block
+
+
+def test_a_read_is_clipped_to_the_deadline(proxy: FaultProxy, rec: Recorder) -> None:
+    pool = RedisPool(proxy.url, read_timeout=5.0, on_error=rec)
+    try:
+        pool.call("PING")  # warm: the dial is not what is measured
+        proxy.delay(3)
+        started = time.monotonic()
+        with pool.deadline.bounded(started + 0.3), pytest.raises(rx.TimeoutError):
+            pool.call("PING", idempotent=True)
+        assert time.monotonic() - started < 1.5  # not the 5 s read timeout
+    finally:
+        pool.close()
+
+
+def test_a_tls_dial_to_a_plain_port_ends_at_the_connect_timeout(
+        redis_server: RedisServer, rec: Recorder) -> None:
+    # A plain redis-server never answers the ClientHello: before, the
+    # handshake ran on the read timeout (here 5 s).
+    pool = RedisPool(f"rediss://127.0.0.1:{redis_server.port}/0", connect_timeout=0.3,
+                     read_timeout=5.0, retry=RetrySettings(max_attempts=1), on_error=rec)
+    try:
+        started = time.monotonic()
+        with pytest.raises(ConnectError):
+            pool.call("PING", idempotent=True)
+        assert time.monotonic() - started < 1.5
+    finally:
+        pool.close()

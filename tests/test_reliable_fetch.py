@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 
 import pytest
 import redis
-from conftest import RedisServer, reap_probe_clients
+from conftest import RedisServer, fill_to_maxmemory, reap_probe_clients
 from faultproxy import FaultProxy
 from structlog.testing import capture_logs
 from waiting import wait_for
@@ -744,3 +744,45 @@ def test_basic_fetch_still_works_without_private_lists(
     launcher.stop()
     assert r.keys("wurk:*") == []
     assert int(r.get("stat:processed") or 0) == 1
+
+
+def test_claim_ack_requeue_and_recover_move_jobs_at_maxmemory(
+        own_redis: RedisServer, define: Define,
+        launch_with: Callable[..., Launcher]) -> None:
+    """Moves that do not grow memory must work when Redis refuses writes."""
+    client = redis.Redis(host="127.0.0.1", port=own_redis.port)
+    ran: list[int] = []
+    gate = threading.Event()
+
+    def work(n: int) -> None:
+        ran.append(n)
+        if n < 0:
+            gate.wait(10)  # still running at stop: given back
+    job = define(work)
+    quick = [payload(job.name, n) for n in range(20)]
+    held = payload(job.name, -1)
+    client.lpush("queue:default", *quick, held)
+    # A dead process's private list, for the recovery below.
+    client.sadd(keys.WIP_OWNERS, "gone:1:000000000000")
+    client.sadd(keys.wip_queues("gone:1:000000000000"), "other")
+    client.lpush(wip("gone:1:000000000000", "other"), payload(job.name, 99, queue="other"))
+    fill_to_maxmemory(client)
+    config = Config(redis_url=own_redis.url, concurrency=2, fetch_timeout=0.2,
+                    heartbeat_interval=0.2, shutdown_timeout=0.5, log_level="warning")
+    try:
+        launcher = launch_with(config)  # before: the first heartbeat raised OOM here
+        wait_for(lambda: len(ran) == 21, what="every job claimed and started")
+        wait_for(lambda: client.llen(wip(launcher.identity, "default")) == 1,
+                 what="every finished job acknowledged")
+        assert client.llen("queue:default") == 0
+        launcher.stop(time.monotonic() + 0.5)
+        assert client.lrange("queue:default", 0, -1) == [held]  # requeued at stop
+        assert private_lists(client, launcher.identity) == []
+        assert recover(config, "gone:1:000000000000") == (1, 0)
+        assert client.llen("queue:other") == 1
+        with pytest.raises(redis.exceptions.OutOfMemoryError):
+            client.set("still", "full")
+    finally:
+        gate.set()
+        config.reset_pool()
+        client.close()

@@ -23,7 +23,7 @@ import pytest
 import redis
 import test_admin_cli
 import test_swarm
-from conftest import RedisServer, free_port
+from conftest import RedisServer, fill_to_maxmemory, free_port
 from structlog.testing import capture_logs
 from test_admin_cli import Cli, columns, field_lines
 from test_swarm import REPO, Launch, SwarmProcess, _ts, gone, push, slot
@@ -349,3 +349,25 @@ def test_redis_trouble_is_logged_and_never_raised(redis_server: RedisServer) -> 
     events = [e["event"] for e in logs]
     assert "swarm.remote_failed" in events and "swarm.unregister_failed" in events
     config.reset_pool()
+
+
+def test_at_maxmemory_the_swarm_still_registers_and_takes_its_signals(
+        own_redis: RedisServer) -> None:
+    client = own_redis.client()
+    config = Config(redis_url=own_redis.url, heartbeat_interval=0.2)
+    commands: list[str] = []
+    control = RemoteControl(config, Path("t.toml"), commands.append)
+    try:
+        client.lpush(f"{control.identity}-signals", "TSTP")
+        fill_to_maxmemory(client)
+        with capture_logs() as logs:
+            control.refresh(snapshot())  # before: a MULTI refused whole (OOM)
+        assert not [e for e in logs if e["event"] == "swarm.remote_failed"]
+        assert commands == ["quiet"]
+        assert control.identity in client.smembers("wurk:swarms")
+        assert client.hget(control.identity, "state") == "running"
+        control.unregister()  # SREM and UNLINK: allowed at maxmemory
+        assert client.smembers("wurk:swarms") == set()
+    finally:
+        config.reset_pool()
+        client.close()

@@ -186,7 +186,9 @@ class PushBuffer:
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until everything buffered was sent; False if time ran out."""
-        deadline = time.monotonic() + (self.flush_timeout if timeout is None else timeout)
+        # A drain's deadline on the pool (a process exiting) shortens the wait.
+        wait = self.pool.deadline.clip(self.flush_timeout if timeout is None else timeout)
+        deadline = time.monotonic() + (wait or 0.0)
         with self._lock:
             while self._pending:
                 remaining = deadline - time.monotonic()
@@ -203,7 +205,7 @@ class PushBuffer:
 
     def _close(self) -> list[PendingPush]:
         """Stop the drainer, wait out a send in flight, and take what is left."""
-        deadline = time.monotonic() + self.send_timeout
+        deadline = time.monotonic() + (self.pool.deadline.clip(self.send_timeout) or 0.0)
         with self._lock:
             self._closed = True
             while self._sending and time.monotonic() < deadline:

@@ -10,6 +10,12 @@ Signals (as Sidekiq): TERM or INT stop (drain within shutdown_timeout, push
 unfinished jobs back, exit 0); TSTP quiets (stop fetching, finish running
 jobs); TTIN logs every thread's stack. The main thread only reads signal
 numbers from a wakeup pipe; the work happens outside the handler.
+
+Before it starts, ``wurk run`` waits for Redis to answer (backoff up to
+10 s, one ``redis.unreachable`` line per attempt); TERM or INT during that
+wait exits 0 at once. Exit statuses: 0 after a stop, 64 usage, 70 when the
+worker cannot start (Redis refused the credentials, or start-up failed),
+78 for a bad setting or a job module that cannot be imported.
 """
 
 from __future__ import annotations
@@ -30,8 +36,9 @@ from types import ModuleType
 from wurk import admin
 from wurk import logging as wlog
 from wurk.config import Config, ConfigError, configure
-from wurk.launcher import Launcher, dump_threads
+from wurk.launcher import Launcher, dump_threads, stop_before_exit
 from wurk.redaction import redact_text
+from wurk.redis_wait import wait_or_signal
 from wurk.version import __version__
 
 EX_USAGE = 64
@@ -143,28 +150,53 @@ def run_worker(config: Config) -> int:
         with contextlib.suppress(OSError):
             writer.send(bytes([signal.SIGTERM]))
 
-    launcher = Launcher(config, on_stop_request=request_stop)
     try:
-        launcher.start()
-    except Exception as exc:  # noqa: BLE001 - report a boot failure plainly
-        wlog.get_logger("wurk.cli").error("boot.failed", error=f"{type(exc).__name__}: {exc}")
-        launcher.stop(time.monotonic())
-        return EX_SOFTWARE
-    try:
-        while True:
-            for number in reader.recv(64):
-                signum = signal.Signals(number)
-                if signum in {signal.SIGTERM, signal.SIGINT}:
-                    launcher.stop()
-                    return 0
-                if signum == signal.SIGTSTP:
-                    launcher.quiet()
-                elif signum == signal.SIGTTIN:
-                    dump_threads()
+        quiet: list[bool] = []
+        try:
+            if not wait_or_signal(config.pool, reader, writer, lambda n: _while_waiting(n, quiet)):
+                return 0
+        except Exception as exc:  # noqa: BLE001 - a refusal waiting cannot fix
+            _log_boot_failure(exc)
+            return EX_SOFTWARE
+        launcher = Launcher(config, on_stop_request=request_stop)
+        try:
+            launcher.start()
+        except Exception as exc:  # noqa: BLE001 - report a boot failure plainly
+            _log_boot_failure(exc)
+            launcher.stop(time.monotonic())
+            return EX_SOFTWARE
+        if quiet:
+            launcher.quiet()
+        return _serve(launcher, reader)
     finally:
         signal.set_wakeup_fd(previous_fd)
         reader.close()
         writer.close()
+
+
+def _log_boot_failure(exc: Exception) -> None:
+    wlog.get_logger("wurk.cli").error("boot.failed", error=f"{type(exc).__name__}: {exc}")
+
+
+def _while_waiting(number: int, quiet: list[bool]) -> bool:
+    """A signal that arrives while we wait for Redis: True to give up (TERM, INT)."""
+    if number == signal.SIGTSTP:
+        quiet.append(True)  # honoured as soon as the launcher runs
+    elif number == signal.SIGTTIN:
+        dump_threads()
+    return number in (signal.SIGTERM, signal.SIGINT)
+
+
+def _serve(launcher: Launcher, reader: socket.socket) -> int:
+    while True:
+        for number in reader.recv(64):
+            if number in (signal.SIGTERM, signal.SIGINT):
+                stop_before_exit(launcher)
+                return 0
+            if number == signal.SIGTSTP:
+                launcher.quiet()
+            elif number == signal.SIGTTIN:
+                dump_threads()
 
 
 if __name__ == "__main__":

@@ -4,9 +4,14 @@ Duties, every ``heartbeat_interval`` seconds (and once at start):
 1. Flush processed/failed counts to ``stat:*`` and the per-day keys.
 2. Publish the in-flight jobs hash under both names Sidekiq reads
    (``<id>:workers`` for 6.4, ``<id>:work`` for 6.5+), with a 60 s TTL.
-3. Measure a PING round trip, then in one transaction register in
-   ``processes``, write the identity hash (info, busy, beat, quiet, rss,
-   rtt_us, concurrency) and pop one remote signal.
+   A flush Redis refused (at maxmemory) keeps its counts for the next
+   beat; it is logged and the beat goes on.
+3. Measure a PING round trip, then in one script (BEAT) pop one remote
+   signal, register in ``processes`` and write the identity hash (info,
+   busy, beat, quiet, rss, rtt_us, concurrency). The pop comes first, so
+   the beat still lands at maxmemory and the process stays visible.
+   A failed beat, the first one included, is logged and tried again at the
+   next interval: it never stops the process.
 4. Deliver that signal (TSTP quiet, TERM stop, TTIN dump threads) to the
    launcher's callback, then run the optional ``on_beat`` hook (metrics
    gauges) and note the beat's time in ``last_beat`` (the health probe).
@@ -31,10 +36,12 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import psutil
+import redis.exceptions as rx
 
 from wurk import keys, threads
 from wurk.buffered import unapplied
 from wurk.logging import get_logger
+from wurk.lua import BEAT
 from wurk.payload import dumps
 from wurk.version import __version__
 
@@ -107,36 +114,41 @@ class Heartbeat:
         self._info_json = dumps(self.info)
 
     def start(self) -> None:
-        self.beat()
+        self._beat_logged()
         self._thread = threads.start("heartbeat", self._loop, stopped=self._done.is_set)
 
     def _loop(self) -> None:
         while not self._done.wait(self.config.heartbeat_interval):
-            try:
-                self.beat()
-            except BaseException as exc:  # noqa: BLE001 - a missed beat is retried next time
-                log.error("heartbeat.error", error=f"{type(exc).__name__}: {exc}")
+            self._beat_logged()
             if self.on_pulse is not None:
                 self.on_pulse()
 
+    def _beat_logged(self) -> None:
+        try:
+            self.beat()
+        except BaseException as exc:  # noqa: BLE001 - a missed beat is retried next time
+            log.error("heartbeat.error", error=f"{type(exc).__name__}: {exc}")
+
     def beat(self) -> None:
-        self.flush()
+        try:
+            self.flush()
+        except rx.ResponseError as exc:
+            # Refused (at maxmemory, say): the counts wait for the next beat,
+            # and the beat itself, which frees before it writes, goes on.
+            log.warning("heartbeat.flush_failed", error=f"{type(exc).__name__}: {exc}")
         started = time.perf_counter()
         self.config.pool.call("PING", idempotent=True)
         rtt_us = int((time.perf_counter() - started) * 1_000_000)
-        pool = self.config.pool
-        replies = pool.pipeline([
-            ("SADD", keys.PROCESSES, self.identity),
-            ("HSET", self.identity, "info", self._info_json, "busy", self.in_flight.busy(),
-             "beat", repr(time.time()), "quiet", "true" if self.quiet else "false",
-             "rss", self._process.memory_info().rss // 1024, "rtt_us", rtt_us,
-             "concurrency", self.config.concurrency),
-            ("EXPIRE", self.identity, keys.HEARTBEAT_TTL),
-            ("RPOP", keys.signals(self.identity)),
-        ], transaction=True, idempotent=False)
+        fields = ("info", self._info_json, "busy", self.in_flight.busy(),
+                  "beat", repr(time.time()), "quiet", "true" if self.quiet else "false",
+                  "rss", self._process.memory_info().rss // 1024, "rtt_us", rtt_us,
+                  "concurrency", self.config.concurrency)
+        signal = self.config.pool.run(lambda c: BEAT.run(
+            c, [keys.PROCESSES, self.identity, keys.signals(self.identity)],
+            [self.identity, keys.HEARTBEAT_TTL, *fields]))
         self.last_beat = time.monotonic()
-        if replies[-1] is not None:
-            self._deliver(replies[-1].decode())
+        if signal is not None:
+            self._deliver(signal.decode())
         if self.on_beat is not None:
             self.on_beat()
 
@@ -154,8 +166,9 @@ class Heartbeat:
         try:
             self.config.pool.pipeline(commands, transaction=True)
         except Exception as exc:
-            if unapplied(exc):
-                # Never sent, or refused outright (NOREPLICAS during a failover).
+            if unapplied(exc) or isinstance(exc, rx.OutOfMemoryError):
+                # Never sent, or refused outright (NOREPLICAS during a
+                # failover, OOM: a transaction Redis refused applies nothing).
                 self.counters.give_back(processed, failed)
                 raise
             # Sent but unconfirmed: adding the counts back could count them
@@ -171,11 +184,16 @@ class Heartbeat:
         self.on_signal(name)
 
     def stop(self) -> None:
+        """Last counts and goodbye, each tried on its own within the pool's deadline."""
         self._done.set()
         if self._thread is not None:
-            self._thread.join(5.0)
+            self._thread.join(self.config.pool.deadline.clip(5.0))
         try:
             self.flush()
+        except Exception as exc:  # noqa: BLE001 - Redis may be gone or full at exit
+            log.error("heartbeat.flush_failed", error=f"{type(exc).__name__}: {exc}")
+        try:
+            # SREM and UNLINK only free memory: they work at maxmemory too.
             self.config.pool.pipeline([
                 ("SREM", keys.PROCESSES, self.identity),
                 ("UNLINK", keys.work_6_4(self.identity), keys.work(self.identity)),

@@ -13,8 +13,16 @@ Duties:
 3. ``stop(deadline)``: quiet, let running jobs finish until the monotonic
    deadline, push the unfinished back to their queues, then say goodbye in
    the heartbeat (flush stats, leave ``processes``) and close the listener.
+   Every Redis wait of the stop, and of every thread still running, ends by
+   the deadline plus :data:`STOP_MARGIN` (the pool's deadline): with Redis
+   unreachable, the jobs that cannot be given back stay in the private
+   lists (the reaper or the swarm parent gives them back later) and the
+   process still exits on time.
 4. Route remote signals from the heartbeat: TSTP quiets, TERM asks the
    owner to stop (via ``on_stop_request``), TTIN dumps thread stacks.
+5. :func:`stop_before_exit`, for a process that exits after the stop
+   (``wurk run``, a swarm child): stop, then send or spool what the push
+   buffers still hold, both within the same drain deadline.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from wurk import health, metrics
+from wurk.buffered import flush_push_buffers
 from wurk.heartbeat import Heartbeat, make_identity
 from wurk.job import Registry, registry
 from wurk.logging import get_logger
@@ -40,6 +49,9 @@ if TYPE_CHECKING:
     from wurk.config import Config
 
 log = get_logger("wurk.launcher")
+# Giving back and goodbyes get this long past the jobs' deadline; a swarm's
+# parent waits shutdown_grace (default 5 s) past it before it KILLs.
+STOP_MARGIN = 1.0
 
 
 class Launcher:
@@ -97,6 +109,10 @@ class Launcher:
             deadline = time.monotonic() + self.config.shutdown_timeout
         log.info("launcher.stopping", identity=self.identity,
                  timeout=round(max(0.0, deadline - time.monotonic()), 3))
+        with self.config.pool.deadline.bounded(deadline + STOP_MARGIN):
+            return self._stop(deadline)
+
+    def _stop(self, deadline: float) -> int:
         self.quiet()
         requeued = self.manager.stop(deadline)
         self.reaper.stop()
@@ -126,6 +142,16 @@ class Launcher:
                 threading.Thread(target=self.stop, name="wurk-remote-stop", daemon=True).start()
         elif name == "TTIN":
             dump_threads()
+
+
+def stop_before_exit(launcher: Launcher) -> int:
+    """Stop, then flush (or spool) the push buffers by the same drain deadline,
+    so that a process leaving during a Redis outage still leaves on time."""
+    deadline = time.monotonic() + launcher.config.shutdown_timeout
+    requeued = launcher.stop(deadline)
+    with launcher.config.pool.deadline.bounded(deadline + STOP_MARGIN):
+        flush_push_buffers()
+    return requeued
 
 
 def dump_threads() -> None:

@@ -2,6 +2,14 @@
 
 Each multi-step atomic operation is a named script here, so reviewing what
 runs inside Redis means reading one file.
+
+At maxmemory (``noeviction``) Redis refuses every command that may grow
+memory, but inside a script only until the script has written something,
+even a write that changed nothing (tested on Redis 7.0.15; 6.2's scripting
+has the same rule, while ``#!lua flags=allow-oom`` is 7.0+ only). The moves
+a draining worker needs (claim, acknowledge, settle, requeue, recover, the
+heartbeat) therefore start with a write that frees: a pop or a removal, made
+before any push or add, so they keep working when Redis is full.
 """
 
 from __future__ import annotations
@@ -56,7 +64,9 @@ return nil
 # Reliable fetch, one round trip: first settle acknowledgements (remove each
 # finished job from its private list and retire its poison-pill counter),
 # then move up to ``want`` jobs from the queues, in the order given, skipping
-# paused ones, into this process's private lists.
+# paused ones, into this process's private lists. Each move pops before it
+# pushes and registers the owner only after its first pop, so a claim works
+# at maxmemory (see the module docstring).
 # KEYS: paused set, owners set, the identity's wip-queues set, then per queue
 #       its queue list and private list.
 # ARGV: identity, want, queue count n, n queue names, then ack triples
@@ -73,23 +83,42 @@ while i <= #ARGV do
 end
 local out = {}
 if want <= 0 then return out end
-redis.call("sadd", KEYS[2], identity)
 for q = 1, n do
   local name = ARGV[3 + q]
   if redis.call("sismember", KEYS[1], name) == 0 then
     local src, dst = KEYS[2 + 2 * q], KEYS[3 + 2 * q]
-    local job = redis.call("rpoplpush", src, dst)
-    if job then redis.call("sadd", KEYS[3], name) end
+    local job = redis.call("rpop", src)
+    if job then
+      redis.call("sadd", KEYS[2], identity)
+      redis.call("sadd", KEYS[3], name)
+    end
     while job do
+      redis.call("lpush", dst, job)
       out[#out + 1] = name
       out[#out + 1] = job
       want = want - 1
       if want == 0 then return out end
-      job = redis.call("rpoplpush", src, dst)
+      job = redis.call("rpop", src)
     end
   end
 end
 return out
+""",
+)
+
+# One heartbeat: pop one remote signal (first, so that the writes after it
+# are allowed at maxmemory), register in ``processes`` and write the
+# identity hash with its TTL. The same keys as Sidekiq's MULTI block.
+# KEYS: processes set, identity hash, signals list.
+# ARGV: identity, TTL, then the hash's field/value pairs.
+BEAT = Script(
+    "beat",
+    """
+local signal = redis.call("rpop", KEYS[3])
+redis.call("sadd", KEYS[1], ARGV[1])
+redis.call("hset", KEYS[2], unpack(ARGV, 3))
+redis.call("expire", KEYS[2], ARGV[2])
+return signal
 """,
 )
 

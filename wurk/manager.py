@@ -247,7 +247,10 @@ class Manager:
         included, its processor pushes back; the process must not exit before.
         """
         running = self.in_flight.slots()
-        limit = time.monotonic() + self.config.fetch_timeout + self.config.redis_read_timeout
+        # Their BRPOPs end by the pool's deadline during a drain, and so does this wait.
+        wait = self.config.pool.deadline.clip(self.config.fetch_timeout
+                                              + self.config.redis_read_timeout)
+        limit = time.monotonic() + (wait or 0.0)
         for thread in self._threads:
             if thread.native_id is not None and wlog.base36(thread.native_id) not in running:
                 thread.join(max(0.0, limit - time.monotonic()))

@@ -79,7 +79,7 @@ class Reaper:
     def stop(self) -> None:
         self._done.set()
         if self._thread is not None:
-            self._thread.join(5.0)
+            self._thread.join(self.config.pool.deadline.clip(5.0))
 
     def _loop(self) -> None:
         while True:

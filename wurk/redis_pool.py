@@ -17,6 +17,10 @@ Duties:
    replay a non-idempotent block once one of its round trips completed.
 4. Report every retry, refusal and give-up to the ``on_redis_error`` hook.
 5. Forget every inherited socket in a forked child (``os.register_at_fork``).
+6. Keep every wait inside ``pool.deadline`` while one is set (a drain):
+   no dial, send or retry pause starts past it, and dial, read and checkout
+   timeouts are clipped to the time left (:mod:`wurk.redis_limits`). A dial,
+   TLS handshake included, is bounded by the connect timeout.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from redis.retry import Retry
 from redis.sentinel import Sentinel, SentinelConnectionPool
 
 from wurk.logging import get_logger
+from wurk.redis_limits import Deadline, DeadlinePassed, bounded_dial
 
 if TYPE_CHECKING:
     from wurk.config import Config
@@ -86,7 +91,7 @@ class Plan(enum.Enum):
 def classify(error: BaseException) -> ErrorKind:
     if isinstance(error, rx.AuthenticationError | rx.AuthorizationError):
         return ErrorKind.OTHER
-    if isinstance(error, ConnectError | rx.BusyLoadingError):
+    if isinstance(error, ConnectError | DeadlinePassed | rx.BusyLoadingError):
         # LOADING (a restarted server still reading its data) refuses every
         # command it answers: as provably unapplied as a failed dial.
         return ErrorKind.CONNECT
@@ -166,13 +171,16 @@ def _server_closed(raw: Any) -> bool:
 class Conn:
     """One checked-out connection. Dials before sending and counts round trips."""
 
-    def __init__(self, raw: Any, on_redial: Callable[[], None] | None = None) -> None:
+    def __init__(self, raw: Any, on_redial: Callable[[], None] | None = None,
+                 deadline: Deadline | None = None) -> None:
         self.raw = raw
         self.round_trips = 0
         self.pid = os.getpid()
         self._on_redial = on_redial
+        self._deadline = deadline or Deadline()
 
     def _dial(self) -> None:
+        self._deadline.check()
         raw: Any = self.raw
         if raw._sock is not None:
             # A socket the server closed while it sat idle in the pool reads
@@ -184,16 +192,27 @@ class Conn:
             # (Sentinel kills the clients of the servers it reconfigures).
             if self._on_redial is not None:
                 self._on_redial()
+        connect_timeout = raw.socket_connect_timeout
+        raw.socket_connect_timeout = self._deadline.clip(connect_timeout)
         try:
             raw.connect()
         except (rx.AuthenticationError, rx.AuthorizationError):
             raise
         except (rx.RedisError, OSError) as exc:
             raise ConnectError(f"cannot connect to Redis: {exc}") from exc
+        finally:
+            raw.socket_connect_timeout = connect_timeout
+
+    def _read_timeout(self, timeout: float | None) -> float | None:
+        """The read timeout for one reply: as asked, clipped to the pool's deadline."""
+        if self._deadline.at is None:
+            return timeout
+        return self._deadline.clip(timeout or self.raw.socket_timeout)
 
     def call(self, *args: Any, timeout: float | None = None) -> Any:
         """Send one command and return its reply (bytes, ints, lists)."""
         self._dial()
+        timeout = self._read_timeout(timeout)
         self.raw.send_command(*args, check_health=False)
         try:
             reply = self.raw.read_response(timeout=timeout) if timeout else self.raw.read_response()
@@ -217,6 +236,7 @@ class Conn:
         if not commands:
             return []
         self._dial()
+        timeout = self._read_timeout(timeout)
         wire = [("MULTI",), *commands, ("EXEC",)] if transaction else list(commands)
         self.raw.send_packed_command(self.raw.pack_commands(wire), check_health=False)
         replies: list[Any] = []
@@ -315,6 +335,7 @@ class RedisPool:
         self.on_error = on_error or _report_default
         self._sleep = sleep
         self._rng = rng or random.Random()
+        self.deadline = Deadline()
         # redis-py parses the URL (auth, db, rediss:// TLS, unix sockets);
         # we keep its connection class and kwargs and own the pooling.
         template = redis.ConnectionPool.from_url(
@@ -325,7 +346,7 @@ class RedisPool:
         )
         if sentinel is not None:
             template = sentinel.pool_template(template.connection_kwargs, connect_timeout)
-        self._conn_class = template.connection_class
+        self._conn_class = bounded_dial(template.connection_class)
         self._conn_kwargs = template.connection_kwargs
         self._reset_state()
         _live_pools.add(self)
@@ -364,9 +385,10 @@ class RedisPool:
         with self._create_lock:
             if self._created < self.size:
                 self._created += 1
-                return Conn(self._conn_class(**self._conn_kwargs), self._note_disruption)
+                return Conn(self._conn_class(**self._conn_kwargs), self._note_disruption,
+                            self.deadline)
         try:
-            return self._idle.get(timeout=self.retry.checkout_timeout)
+            return self._idle.get(timeout=self.deadline.clip(self.retry.checkout_timeout))
         except queue.Empty:
             raise PoolExhausted(f"no Redis connection free in {self.size}-slot pool") from None
 
@@ -455,13 +477,24 @@ class RedisPool:
                                   idempotent=idempotent, dirty=conn.round_trips != odometer)
                 if plan is Plan.PROPAGATE:
                     raise
-                replay = plan in (Plan.FAILOVER, Plan.BACKOFF)
-                self.on_error(exc, attempt=attempt, action="retry" if replay else plan.value)
-                if not replay:
+                delay = self._replay_delay(exc, plan, attempt)
+                if delay is None:
                     raise
-                if plan is Plan.BACKOFF:
-                    self._sleep(backoff_delay(attempt, self.retry.base, self.retry.cap,
-                                              self._rng))
+                if delay:
+                    self._sleep(delay)
+
+    def _replay_delay(self, exc: Exception, plan: Plan, attempt: int) -> float | None:
+        """Report the failure; return the pause before a replay, or None to raise."""
+        delay = (backoff_delay(attempt, self.retry.base, self.retry.cap, self._rng)
+                 if plan is Plan.BACKOFF else 0.0)
+        if plan not in (Plan.FAILOVER, Plan.BACKOFF):
+            action = plan.value
+        elif not self.deadline.allows(delay):
+            action = "deadline"  # the replay could only end after the drain's deadline
+        else:
+            action = "retry"
+        self.on_error(exc, attempt=attempt, action=action)
+        return delay if action == "retry" else None
 
     def call(self, *args: Any, idempotent: bool = False) -> Any:
         return self.run(lambda c: c.call(*args), idempotent=idempotent)

@@ -5,9 +5,12 @@ Duties:
    are waiting, moving them atomically (CLAIM script) from their queue to a
    private list owned by this process's identity; acknowledgements waiting to
    be sent ride along in the same round trip. When every queue is empty it
-   blocks on BRPOPLPUSH instead of polling. Anything its loop raises is
-   logged (``fetch.error``) and the loop goes on after a pause; the thread
-   runs under :mod:`wurk.threads`.
+   blocks on BRPOPLPUSH instead of polling (at maxmemory, where Redis
+   refuses that move but not the claim, it polls with claims). The owner
+   registration at start is retried before a blocking move if it failed:
+   a claim registers what it moves, a blocking move does not. Anything its
+   loop raises is logged (``fetch.error``) and the loop goes on after a
+   pause; the thread runs under :mod:`wurk.threads`.
 2. ``acknowledge`` removes a finished job from the private list and retires
    its poison-pill counter (batched with the next claim, or sent at once by
    the processor when the fetcher is blocked). A failed job is not
@@ -33,6 +36,8 @@ import threading
 import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
+
+import redis.exceptions as rx
 
 from wurk import keys, settle, threads
 from wurk.fetch import PausedQueues, UnitOfWork
@@ -76,6 +81,7 @@ class ReliableFetch:
         self._quiet = False
         self._thread: threading.Thread | None = None
         self._resync_pending = False
+        self._registered = True
         self._disruptions_seen = config.pool.disruptions
         self.paused = PausedQueues(config)
         single = len(plan.names) == 1
@@ -86,9 +92,12 @@ class ReliableFetch:
 
     # -- lifecycle ------------------------------------------------------------
     def start(self) -> None:
-        self.config.pool.pipeline(
-            [("SADD", keys.WIP_OWNERS, self.identity),
-             ("SADD", keys.wip_queues(self.identity), *self.plan.names)], idempotent=True)
+        try:
+            self._register()
+        except Exception as exc:  # noqa: BLE001 - at maxmemory the claim still works
+            # CLAIM registers what it moves; only a blocking move needs this first.
+            log.warning("fetch.register_failed", error=f"{type(exc).__name__}: {exc}")
+            self._registered = False
         self._thread = threads.start("fetcher", self._loop, stopped=lambda: self._stopping)
 
     def quiet(self) -> None:
@@ -107,7 +116,8 @@ class ReliableFetch:
             self._wake.notify_all()
         self._release_waiters()
         if self._thread is not None:
-            self._thread.join(self.config.fetch_timeout + self.config.redis_read_timeout + 1)
+            self._thread.join(self.config.pool.deadline.clip(
+                self.config.fetch_timeout + self.config.redis_read_timeout + 1))
         with self._cond:
             unstarted = self._take_ready()
         self._flush_acks()
@@ -245,6 +255,14 @@ class ReliableFetch:
         self._give_back_if_quiet()
         return len(reply) // 2
 
+    def _register(self) -> None:
+        """Own our private lists before a blocking move can fill one (which
+        registers nothing itself), so recovery always finds them."""
+        self.config.pool.pipeline(
+            [("SADD", keys.WIP_OWNERS, self.identity),
+             ("SADD", keys.wip_queues(self.identity), *self.plan.names)], idempotent=True)
+        self._registered = True
+
     def _block(self) -> None:
         """Wait for work on the first unpaused queue (or just wait, if all are paused)."""
         paused = self.paused.current()
@@ -256,10 +274,19 @@ class ReliableFetch:
         with self._cond:
             self._blocking = True
         try:
+            if not self._registered:
+                self._register()
             raw = self.config.pool.run(lambda c: c.call(
                 "BRPOPLPUSH", keys.queue(name), keys.wip(self.identity, name),
                 _block_arg(self._block_seconds),
                 timeout=self._block_seconds + self.config.redis_read_timeout))
+        except rx.OutOfMemoryError:
+            # At maxmemory Redis refuses a blocking move (and the registration
+            # before it), while a claim, which frees first, still works: wait
+            # as the block would have, then claim again.
+            raw = None
+            with self._cond:
+                self._wake.wait(self._block_seconds)
         finally:
             with self._cond:
                 self._blocking = False

@@ -73,7 +73,7 @@ class Poller:
     def stop(self) -> None:
         self._done.set()
         if self._thread is not None:
-            self._thread.join(JOIN_TIMEOUT)
+            self._thread.join(self.config.pool.deadline.clip(JOIN_TIMEOUT))
             if not self._thread.is_alive():
                 self._thread = None
 
