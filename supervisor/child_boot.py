@@ -105,7 +105,10 @@ def _boot_and_work(slot: Slot, index: int, parent_pid: int, ready_fd: int,
     quiet: list[bool] = []
     try:
         load_modules(slot.config.require)
-        if not wait_or_signal(slot.config.pool, *wakeup, lambda n: _while_booting(n, quiet)):
+        # Pulses while waiting: the parent counts a child that waits out a
+        # Redis outage as present, not as a slot that cannot fill.
+        if not wait_or_signal(slot.config.pool, *wakeup, lambda n: _while_booting(n, quiet),
+                              alive=pulser(ready_fd)):
             log.info("child.stopped_while_waiting", slot=slot.name, index=index)
             return EX_OK
     except BaseException as exc:  # noqa: BLE001 - SystemExit from an app module included

@@ -18,7 +18,9 @@ Duties:
    ``child_timeout`` (the supervise loop KILLs and replaces them), and
    :func:`all_fresh` says whether every ready child pulsed within
    :data:`FRESH_BEATS` heartbeat intervals (the systemd watchdog is fed only
-   then). A child still booting is never judged: it pulses only once ready.
+   then). A child still booting is never judged hung. While it waits for
+   Redis it pulses too, and :func:`present` counts it (ready, or pulsing
+   lately) when the watchdog asks whether each slot is full.
 """
 
 from __future__ import annotations
@@ -75,3 +77,9 @@ def all_fresh(children: Iterable[Child], now: float) -> bool:
     """Every ready child pulsed within FRESH_BEATS of its slot's heartbeat intervals."""
     return all(silent_for(c, now) <= FRESH_BEATS * c.slot.config.heartbeat_interval
                for c in children if c.ready)
+
+
+def present(child: Child, now: float) -> bool:
+    """Ready, or still booting and pulsing (waiting out a Redis outage)."""
+    limit = FRESH_BEATS * child.slot.config.heartbeat_interval
+    return child.ready or silent_for(child, now) <= limit

@@ -363,8 +363,10 @@ class Swarm:
             return
         if data:
             child.last_pulse = now
-        if child.identity is None and data.strip():
-            self._mark_ready(child, data.split(b"\n", 1)[0])
+        # Before its ready line a child may pulse too (waiting for Redis).
+        line, newline, _ = data.lstrip(liveness.PULSE).partition(b"\n")
+        if child.identity is None and newline and line.strip():
+            self._mark_ready(child, line)
 
     def _mark_ready(self, child: Child, line: bytes) -> None:
         child.identity = line.decode(errors="replace").strip()
@@ -590,17 +592,21 @@ class Swarm:
     def _report_to_systemd(self) -> None:
         if not self.notifier.enabled:
             return
+        now = time.monotonic()
         all_ready = all(
             len([c for c in self._live(n) if c.ready]) >= s.wanted for n, s in self.slots.items())
         if all_ready and not self._announced_ready:
             self._announced_ready = True
             self.notifier.notify(READY=1, STATUS=self._status_line())
         interval = self.notifier.watchdog_interval()
-        now = time.monotonic()
         # Judged by pulses, not by beats in Redis: a Redis outage must not get
-        # the whole swarm restarted by systemd.
+        # the whole swarm restarted by systemd, nor must a replacement child
+        # that waits it out (it pulses while it waits).
+        full = all(len([c for c in self._live(n) if liveness.present(c, now)]) >= s.wanted
+                   for n, s in self.slots.items())
         fresh = liveness.all_fresh([c for c in self.children.values() if not c.retiring], now)
-        if interval and all_ready and now >= self._next_watchdog and fresh:
+        if interval and self._announced_ready and full and fresh \
+                and now >= self._next_watchdog:
             self._next_watchdog = now + interval
             self.notifier.notify(WATCHDOG=1, STATUS=self._status_line())
 

@@ -160,6 +160,40 @@ def test_a_redis_outage_longer_than_child_timeout_hangs_nobody(
         own.stop()
 
 
+def test_a_child_replaced_during_an_outage_waits_and_the_watchdog_is_still_fed(
+        launch: Launch, notify_socket: tuple[socket.socket, str]) -> None:
+    """A replacement that waits out a Redis outage pulses the parent, so its
+    slot is not short: systemd must not restart the swarm for an outage."""
+    sock, path = notify_socket
+    own = start_redis()
+    clients: list[redis.Redis] = []
+    try:
+        swarm = launch(slot("alpha", count=1, concurrency=1, queues=["qa"]),
+                       layout={"alpha": 1}, redis_url=own.url, heartbeat_interval=0.5,
+                       redis_retry_attempts=2, redis_retry_base=0.1, redis_retry_cap=0.2,
+                       env={"NOTIFY_SOCKET": path, "WATCHDOG_USEC": "1000000"})
+        swarm.r = own.client()
+        clients.append(swarm.r)
+        [info] = swarm.wait_ready().values()
+        assert _watchdog_pings(sock, 2) >= 1
+        own.stop()
+        os.kill(info["pid"], signal.SIGKILL)
+        swarm.wait_events("redis.unreachable", count=3)
+        # Well past three heartbeat intervals with the slot's only child booting.
+        assert _watchdog_pings(sock, 4) >= 2
+        own = start_redis(port=own.port)
+        swarm.r = own.client()
+        clients.append(swarm.r)
+        [after] = swarm.wait_ready(timeout=20).values()
+        assert after["pid"] != info["pid"]
+        swarm.send(signal.SIGTERM)
+        assert swarm.wait_exit(20) == 0
+    finally:
+        for client in clients:
+            client.close()
+        own.stop()
+
+
 # -- in process ------------------------------------------------------------------------
 
 def test_hung_judges_only_ready_children_not_already_stopping() -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
 log = get_logger("wurk.redis")
 FIRST_PAUSE = 0.5
 MAX_PAUSE = 10.0
+# How often a waiting process says it is still alive (see wait_for_redis).
+ALIVE_EVERY = 1.0
 # Sent on the owner's wakeup socket when the wait ends; no signal has number 0.
 WAIT_OVER = 0
 
@@ -46,8 +49,13 @@ def pause(attempt: int) -> float:
     return float(min(MAX_PAUSE, FIRST_PAUSE * 2 ** min(attempt - 1, 32)))
 
 
-def wait_for_redis(pool: RedisPool, stop: threading.Event) -> bool:
-    """PING until Redis answers (True) or ``stop`` is set (False)."""
+def wait_for_redis(pool: RedisPool, stop: threading.Event,
+                   alive: Callable[[], None] | None = None) -> bool:
+    """PING until Redis answers (True) or ``stop`` is set (False).
+
+    ``alive`` is called at least once a second while waiting (a swarm child
+    pulses its parent with it, so a child waiting out an outage is not taken
+    for one that cannot boot)."""
     attempt = 0
     while not stop.is_set():
         attempt += 1
@@ -62,7 +70,7 @@ def wait_for_redis(pool: RedisPool, stop: threading.Event) -> bool:
             delay = pause(attempt)
             log.warning("redis.unreachable", url=redact_url(pool.url), attempt=attempt,
                         retry_in=delay, error=f"{type(exc).__name__}: {exc}")
-            stop.wait(delay)
+            _pause(stop, delay, alive)
             continue
         if attempt > 1:
             log.info("redis.reachable", url=redact_url(pool.url), attempts=attempt)
@@ -70,8 +78,17 @@ def wait_for_redis(pool: RedisPool, stop: threading.Event) -> bool:
     return False
 
 
+def _pause(stop: threading.Event, seconds: float, alive: Callable[[], None] | None) -> None:
+    deadline = time.monotonic() + seconds
+    while not stop.is_set() and (left := deadline - time.monotonic()) > 0:
+        if alive is not None:
+            alive()
+        stop.wait(min(left, ALIVE_EVERY))
+
+
 def wait_or_signal(pool: RedisPool, reader: socket.socket, writer: socket.socket,
-                   on_signal: Callable[[int], bool]) -> bool:
+                   on_signal: Callable[[int], bool],
+                   alive: Callable[[], None] | None = None) -> bool:
     """Wait for Redis while serving the signal numbers that arrive on ``reader``.
 
     ``writer`` is the other end of the wakeup socket; ``on_signal(number)``
@@ -83,7 +100,7 @@ def wait_or_signal(pool: RedisPool, reader: socket.socket, writer: socket.socket
 
     def wait() -> None:
         try:
-            outcome.append(wait_for_redis(pool, stop))
+            outcome.append(wait_for_redis(pool, stop, alive))
         except Exception as exc:  # noqa: BLE001 - handed to the owner's thread
             outcome.append(exc)
         with contextlib.suppress(OSError):
