@@ -61,3 +61,29 @@ def test_a_drain_names_the_jids_it_pushed_back(r: redis.Redis,
     assert worker.wait(10) == 0, worker.stderr()
     [requeued] = events_named(worker, "shutdown.requeued")
     assert (requeued["jobs"], requeued["jids"], requeued["pid"]) == (1, [jid], worker.proc.pid)
+
+
+def test_launcher_started_comes_before_the_first_job_line(
+        r: redis.Redis, spawn: Callable[..., Worker]) -> None:  # noqa: F811
+    for i in range(5):
+        push(r, "cli_echo", i)
+    worker = spawn("-r", "clijobs", "--log-level", "debug", "-c", "5")
+    wait_for(lambda: len(events_named(worker, "job.done")) == 5, what="five jobs done")
+    names = [e.get("event") for e in worker.events()]
+    assert names.index("launcher.started") < names.index("job.start")
+    [listed] = events_named(worker, "launcher.jobs")
+    assert {"cli_echo", "cli_slow"} <= set(listed["jobs"])
+    assert not events_named(worker, "launcher.no_jobs")
+    worker.send(signal.SIGTERM)
+    assert worker.wait(10) == 0, worker.stderr()
+
+
+def test_a_worker_with_no_job_registered_says_so_at_start(
+        spawn: Callable[..., Worker]) -> None:  # noqa: F811
+    worker = spawn("--log-level", "info")
+    wait_for(lambda: events_named(worker, "launcher.no_jobs") or worker.proc.poll() is not None,
+             what="the warning")
+    [warned] = events_named(worker, "launcher.no_jobs")
+    assert warned["level"] == "warning" and "-r/--require" in warned["hint"]
+    worker.send(signal.SIGTERM)
+    assert worker.wait(10) == 0, worker.stderr()

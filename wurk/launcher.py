@@ -61,7 +61,8 @@ class Launcher:
         self.config = config
         plan = parse_queues(config.queues)
         identity = make_identity()
-        self.manager = Manager(config, plan, jobs or registry, identity)
+        self.jobs = jobs or registry
+        self.manager = Manager(config, plan, self.jobs, identity)
         self.poller = Poller(config)
         self.spool = SpoolDrainer(config, config.pool)
         self.reaper = Reaper(config, identity)
@@ -89,11 +90,23 @@ class Launcher:
         self.heartbeat.start()
         if self.config.reliable_fetch:
             self.reaper.start()
+        # Said before the processors start, so it precedes any job's line.
+        log.info("launcher.started", identity=self.identity, queues=self.config.queues,
+                 concurrency=self.config.concurrency)
+        self._report_jobs()
         self.manager.start()
         self.poller.start()
         self.spool.start()
-        log.info("launcher.started", identity=self.identity, queues=self.config.queues,
-                 concurrency=self.config.concurrency)
+
+    def _report_jobs(self) -> None:
+        names = self.jobs.names()
+        if not names:
+            # Every job it fetches would fail with UnknownJobError and retry.
+            log.warning("launcher.no_jobs", identity=self.identity,
+                        hint="no job class is registered: name the modules that define "
+                             "jobs with -r/--require (or require = [...])")
+        else:
+            log.debug("launcher.jobs", identity=self.identity, jobs=names)
 
     def quiet(self) -> None:
         if not self.heartbeat.quiet:
