@@ -96,6 +96,8 @@ def _boot_and_work(slot: Slot, index: int, parent_pid: int, ready_fd: int,
     wakeup = _own_signals()
     signal.pthread_sigmask(signal.SIG_UNBLOCK, MANAGED_SIGNALS)
     reset_after_fork(slot)
+    # Every line this child writes says which slot and index it serves.
+    wlog.bind_process(slot=slot.name, index=index)
     set_parent_death_signal()
     if os.getppid() != parent_pid:
         log.warning("child.orphaned_at_boot", slot=slot.name, index=index)

@@ -120,6 +120,8 @@ class Swarm:
         # (old, replacement) while a rolling restart waits for the replacement.
         self._rolling_pair: tuple[Child, Child] | None = None
         self._announced_ready = False
+        self._booted = False
+        self._started = time.monotonic()
         self._next_memory_check = 0.0
         self._next_watchdog = 0.0
         self.supervisor_thread: threading.Thread | None = None
@@ -163,7 +165,7 @@ class Swarm:
         for state in self.slots.values():
             for index in range(state.wanted):
                 self._spawn(state.slot, index)
-        log.info("swarm.booted", children=len(self.children),
+        log.info("swarm.forked", children=len(self.children),
                  slots={n: s.wanted for n, s in self.slots.items()})
 
     def _spawn(self, slot: Slot, index: int) -> Child | None:
@@ -373,6 +375,13 @@ class Swarm:
         self.slots[child.slot.name].boot_failures = 0
         log.info("child.ready", slot=child.slot.name, index=child.index, pid=child.pid,
                  identity=child.identity)
+        if not self._booted and all(len([c for c in self._live(n) if c.ready]) >= s.wanted
+                                    for n, s in self.slots.items()):
+            # Once, when every slot first has all its children ready.
+            self._booted = True
+            log.info("swarm.booted", ready=sum(c.ready for c in self.children.values()),
+                     slots={n: s.wanted for n, s in self.slots.items()},
+                     seconds=round(time.monotonic() - self._started, 3))
 
     def _close_ready(self, child: Child) -> None:
         if child.ready_fd is not None:

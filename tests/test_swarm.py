@@ -275,8 +275,12 @@ def test_two_slots_boot_their_children_and_jobs_flow_through_them(
         assert info["hash"]["concurrency"] == "2"
     beta = ready[("beta", 0)]
     assert (beta["concurrency"], beta["queues"]) == (3, ["qb", "qc"])
+    forked = swarm.wait_events("swarm.forked")[0]
     booted = swarm.wait_events("swarm.booted")[0]
-    assert booted["children"] == 3
+    assert forked["children"] == 3 and booted["ready"] == 3
+    names = [e["event"] for e in swarm.events()]
+    # Booted means every child is ready, so it comes after the last child.ready.
+    assert names.index("swarm.booted") > max(i for i, n in enumerate(names) if n == "child.ready")
 
     for n in range(10):
         push(r, "qa", "record", f"a{n}")
@@ -1083,3 +1087,16 @@ def test_an_error_in_a_tick_is_logged_and_the_next_tick_runs(
     finally:
         os.close(swarm._wake_r)
         os.close(swarm._wake_w)
+
+
+def test_a_childs_job_lines_say_its_pid_slot_index_and_thread(launch: Launch,
+                                                              r: redis.Redis) -> None:
+    swarm = launch(slot("alpha", count=1, concurrency=2, queues=["qa"]), layout={"alpha": 1},
+                   log_level="info")
+    [info] = swarm.wait_ready().values()
+    push(r, "qa", "record", "x")
+    [done] = swarm.wait_events("job.done")
+    assert (done["pid"], done["slot"], done["index"]) == (info["pid"], "alpha", 0)
+    assert done["tid"] and done["jid"] and done["queue"] == "qa"
+    swarm.send(signal.SIGTERM)
+    assert swarm.wait_exit() == 0
