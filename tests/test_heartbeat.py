@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -279,3 +280,15 @@ def test_at_maxmemory_the_beat_lands_and_refused_counts_wait_for_the_next(
     finally:
         config.reset_pool()
         client.close()
+
+
+def test_quiet_shows_in_the_process_hash_at_once(config: Config, r: redis.Redis,
+                                                 launch_with: Callable[..., Launcher]) -> None:
+    """Not at the next heartbeat (here 20 s away): Sidekiq's Web and ``wurk
+    processes`` show a quieted process as quiet straight away."""
+    slow = dataclasses.replace(config, heartbeat_interval=20.0)
+    launcher = launch_with(slow)
+    assert r.hget(launcher.identity, "quiet") == "false"
+    launcher.quiet()
+    wait_for(lambda: r.hget(launcher.identity, "quiet") == "true", timeout=5,
+             what="quiet written")

@@ -87,6 +87,7 @@ class Heartbeat:
         self.info = self._info(plan, extra_info or {})
         self._info_json = dumps(self.info)
         self._done = threading.Event()
+        self._soon = threading.Event()
         self._thread: threading.Thread | None = None
         self._process = psutil.Process()
 
@@ -118,10 +119,19 @@ class Heartbeat:
         self._thread = threads.start("heartbeat", self._loop, stopped=self._done.is_set)
 
     def _loop(self) -> None:
-        while not self._done.wait(self.config.heartbeat_interval):
+        while not self._done.is_set():
+            self._soon.wait(self.config.heartbeat_interval)
+            self._soon.clear()
+            if self._done.is_set():
+                return
             self._beat_logged()
             if self.on_pulse is not None:
                 self.on_pulse()
+
+    def beat_soon(self) -> None:
+        """Beat now rather than at the next interval: a state change (quiet)
+        shows in Sidekiq's API and Web at once, not up to an interval later."""
+        self._soon.set()
 
     def _beat_logged(self) -> None:
         try:
@@ -186,6 +196,7 @@ class Heartbeat:
     def stop(self) -> None:
         """Last counts and goodbye, each tried on its own within the pool's deadline."""
         self._done.set()
+        self._soon.set()
         if self._thread is not None:
             self._thread.join(self.config.pool.deadline.clip(5.0))
         try:

@@ -111,7 +111,8 @@ class Launcher:
     def quiet(self) -> None:
         if not self.heartbeat.quiet:
             log.info("launcher.quiet", identity=self.identity)
-        self.heartbeat.quiet = True
+            self.heartbeat.quiet = True
+            self.heartbeat.beat_soon()
         self.manager.quiet()
         self.poller.stop()
         self.spool.stop()
