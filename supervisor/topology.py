@@ -16,12 +16,14 @@ Duties:
 
 from __future__ import annotations
 
+import os
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from wurk.config import Config, ConfigError
+from wurk.config import Config, ConfigError, environment_layer
 from wurk.health import parse_listen
 from wurk.limits import MAX_CONCURRENCY, MAX_TIMEOUT, Range
 from wurk.queues import QueueSpecError, parse_queue
@@ -114,20 +116,31 @@ def load(path: str | Path) -> Topology:
     return parse(document, path)
 
 
-def parse(document: dict[str, Any], path: Path) -> Topology:
+def parse(document: dict[str, Any], path: Path,
+          env: Mapping[str, str] | None = None) -> Topology:
+    """``env`` (default: this process's) gives ``REDIS_URL`` and ``WURK_*``
+    values under the file's: the file wins, as with ``wurk run -C``."""
     where = str(path)
     extra = set(document) - {"wurk", "slot"}
     if extra:
         raise TopologyError(f"{where}: unknown key {sorted(extra)[0]!r} at the top level")
     table = _table(document.get("wurk", {}), where, "wurk")
     swarm = {k: table.pop(k) for k in list(table) if k in SWARM_KEYS}
-    base = _config(table, f"{where}: [wurk]")
+    try:
+        environment, env_sources = environment_layer(os.environ if env is None else env)
+    except ConfigError as exc:
+        raise TopologyError(f"{where}: {exc}") from None
+    # Errors about a value the environment gave name its variable, not the file.
+    sources = {k: v for k, v in env_sources.items() if k not in table}
+    table = {**environment, **table}
+    base = _config(table, f"{where}: [wurk]", sources)
     slots_raw = document.get("slot")
     if not isinstance(slots_raw, list) or not slots_raw:
         raise TopologyError(f"{where}: slot must be one or more [[slot]] tables, got "
                             f"{slots_raw!r}")
     topology = Topology(path, base, (), **_swarm_settings(swarm, where))
-    slots = tuple(_slot(raw, i, table, topology, where) for i, raw in enumerate(slots_raw))
+    slots = tuple(_slot(raw, i, table, sources, topology=topology, where=where)
+                  for i, raw in enumerate(slots_raw))
     names = [s.name for s in slots]
     duplicate = next((n for n in names if names.count(n) > 1), None)
     if duplicate is not None:
@@ -142,9 +155,9 @@ def _table(value: Any, where: str, key: str) -> dict[str, Any]:
     return dict(value)
 
 
-def _config(values: dict[str, Any], where: str) -> Config:
+def _config(values: dict[str, Any], where: str, sources: Mapping[str, str]) -> Config:
     try:
-        return Config.from_mapping(values, source=where)
+        return Config.from_mapping(values, source=where, sources=sources)
     except ConfigError as exc:
         raise TopologyError(str(exc)) from None
 
@@ -172,8 +185,8 @@ def _swarm_settings(values: dict[str, Any], where: str) -> dict[str, Any]:
     return values
 
 
-def _slot(raw: Any, index: int, shared: dict[str, Any], topology: Topology,
-          where: str) -> Slot:
+def _slot(raw: Any, index: int, shared: dict[str, Any], sources: Mapping[str, str], *,
+          topology: Topology, where: str) -> Slot:
     at = f"{where}: slot[{index}]"
     table = _table(raw, at, "slot")
     unknown = sorted(set(table) - SLOT_KEYS)
@@ -190,7 +203,8 @@ def _slot(raw: Any, index: int, shared: dict[str, Any], topology: Topology,
         check_range(key, value, at)
     env = _env(table.pop("env", {}), at)
     _check_queues(table.get("queues"), at)
-    config = _config({**shared, **table}, at.rstrip(":"))
+    config = _config({**shared, **table}, at.rstrip(":"),
+                     {k: v for k, v in sources.items() if k not in table})
     for key in ("concurrency", "shutdown_timeout"):
         # Name where the value came from: the slot's own table, or [wurk].
         check_range(key, getattr(config, key), at if key in table else f"{where}: [wurk]")

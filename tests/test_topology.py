@@ -406,3 +406,45 @@ def test_readme_states_the_ranges_the_code_enforces() -> None:
         _, low, high = RANGES[key]
         assert f"`{key}` must be {num(low)} to {num(high)}" in prose or (
             f"`{key}` {num(low)} to {num(high)}" in prose), key
+
+
+# -- the environment (issue #12: wurk-swarm reads WURK_* like every entry point) ----------
+
+def test_wurk_variables_fill_what_the_file_leaves_out_and_the_file_wins() -> None:
+    env = {"WURK_TAG": "from-env", "WURK_MAX_RETRIES": "7", "WURK_CONCURRENCY": "3",
+           "REDIS_URL": "redis://env:1/0"}
+    document = {"wurk": {"tag": "from-file"},
+                "slot": [{"name": "a"}, {"name": "b", "concurrency": 9}]}
+    topology = parse(document, HERE, env=env)
+    assert topology.base.tag == "from-file"          # the file beats WURK_*
+    assert topology.base.max_retries == 7            # WURK_* beats the default
+    assert topology.base.redis_url == "redis://env:1/0"
+    a, b = topology.slots
+    assert (a.config.concurrency, b.config.concurrency) == (3, 9)  # a slot beats WURK_* too
+    assert a.config.max_retries == 7 and a.config.tag == "from-file"
+    both = {**env, "WURK_REDIS_URL": "redis://wurk:1/0"}
+    assert parse(document, HERE, env=both).base.redis_url == "redis://wurk:1/0"
+    filed = {"wurk": {"redis_url": "redis://file:1/0"}, "slot": [{"name": "a"}]}
+    assert parse(filed, HERE, env=both).slots[0].config.redis_url == "redis://file:1/0"
+
+
+@pytest.mark.parametrize(("env", "blamed"), [
+    ({"WURK_MAX_RETRIES": "many"}, "WURK_MAX_RETRIES"),
+    ({"WURK_CONCURRENCY": "0"}, "environment: WURK_CONCURRENCY"),
+    ({"REDIS_URL": "bogus://x"}, "environment: REDIS_URL"),
+])
+def test_a_bad_environment_value_is_blamed_on_its_variable(env: dict[str, str],
+                                                           blamed: str) -> None:
+    with pytest.raises(TopologyError) as caught:
+        parse({"slot": [{"name": "a"}]}, HERE, env=env)
+    assert blamed in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_wurk_swarm_check_reads_the_environment(tmp_path: Path) -> None:
+    path = tmp_path / "t.toml"
+    path.write_text('[[slot]]\nname = "a"\n', encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WURK_")}
+    done = subprocess.run([sys.executable, "-m", "supervisor.cli", "--topology", str(path),
+                           "--check"], env={**env, "WURK_CONCURRENCY": "0"},
+                          capture_output=True, text=True, timeout=30, check=False)
+    assert done.returncode == 78 and "WURK_CONCURRENCY" in done.stderr

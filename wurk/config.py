@@ -146,15 +146,7 @@ class Config:
         """Each layer overrides the ones before it: defaults, ``REDIS_URL``,
         ``WURK_*`` variables, the TOML file's ``[wurk]`` table, then ``overrides``
         (the command line). An error names the layer that gave the bad value."""
-        environ = os.environ if env is None else env
-        values: dict[str, Any] = {"redis_url": DEFAULT_REDIS_URL}
-        sources: dict[str, str] = {"redis_url": "default"}  # key -> its value's source
-        if environ.get("REDIS_URL"):
-            values["redis_url"] = environ["REDIS_URL"]
-            sources["redis_url"] = "environment: REDIS_URL"
-        for name, value in from_wurk_env(environ).items():
-            values[name] = value
-            sources[name] = f"environment: WURK_{name.upper()}"
+        values, sources = environment_layer(os.environ if env is None else env)
         layers = [
             (read_toml_table(Path(path)) if path is not None else {}, str(path)),
             ({k: v for k, v in overrides.items() if v is not None}, "arguments"),
@@ -317,6 +309,20 @@ def read_toml_table(path: Path) -> dict[str, Any]:
     if not isinstance(table, dict):
         raise ConfigError(f"{path}: wurk must be a table, got {shown('wurk', table, unknown=True)}")
     return dict(table)
+
+
+def environment_layer(env: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """The default Redis URL, ``REDIS_URL`` over it, then ``WURK_*``: the values,
+    and per key the source an error should name (``environment: WURK_TAG``)."""
+    values: dict[str, Any] = {"redis_url": DEFAULT_REDIS_URL}
+    sources = {"redis_url": "default"}
+    if env.get("REDIS_URL"):
+        values["redis_url"] = env["REDIS_URL"]
+        sources["redis_url"] = "environment: REDIS_URL"
+    for name, value in from_wurk_env(env).items():
+        values[name] = value
+        sources[name] = f"environment: WURK_{name.upper()}"
+    return values, sources
 
 
 def from_env(env: Mapping[str, str]) -> dict[str, Any]:
