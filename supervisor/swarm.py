@@ -63,6 +63,8 @@ TICK = 0.5
 # A child that dies within this many seconds of its birth counts as crash-looping.
 CRASH_WINDOW = 10.0
 BACKOFF_BASE = 0.5
+# The swarm's exit status when a drain had to KILL a child that overran it.
+EX_KILLED = 1
 
 
 @dataclass
@@ -582,7 +584,7 @@ class Swarm:
                                 pid=child.pid, reason="swarm drain timed out")
                     self._signal(child, signal.SIGKILL)
                     child.kill_at = float("inf")
-            self.exit_code = self.exit_code or 1
+            self.exit_code = self.exit_code or EX_KILLED
 
     def shutdown(self) -> int:
         """Drain directly on this thread (for when no supervise thread runs)."""

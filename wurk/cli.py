@@ -41,7 +41,6 @@ from wurk.redaction import redact_text
 from wurk.redis_wait import wait_or_signal
 from wurk.version import __version__
 
-EX_USAGE = 64
 EX_SOFTWARE = 70
 EX_CONFIG = 78
 
