@@ -39,7 +39,7 @@ def recover(config: Config, identity: str, now: float | None = None, *,
     """
     at = time.time() if now is None else now
     reply = config.pool.run(lambda c: RECOVER.run(
-        c, [keys.WIP_OWNERS, keys.wip_queues(identity), keys.DEAD, keys.QUEUES],
+        c, [keys.WIP_OWNERS, keys.wip_queues(identity), keys.DEAD, keys.QUEUES, keys.SUSPECTS],
         [identity, keys.wip_prefix(identity), config.max_recoveries, keys.PILL_PREFIX,
          keys.PILL_TTL, score(at), score(at - config.dead_timeout), config.dead_max_jobs]),
         attempts=attempts)
