@@ -9,6 +9,7 @@ quiet, paused queues and hard stops never strand or duplicate a job.
 from __future__ import annotations
 
 import collections
+import functools
 import json
 import os
 import signal
@@ -297,11 +298,14 @@ def test_a_job_that_kills_its_process_dies_alone_and_its_neighbours_complete(
     rb.sadd("queues", "rfx")
     for raw in [*innocents[:2], crasher, *innocents[2:]]:  # the third one fetched
         rb.lpush("queue:rfx", raw)
+    def dies_or_drains(worker: Worker) -> bool:
+        return not worker.alive() or not (rb.llen("queue:rfx") or private_lists(rb, "*"))
+
     deaths = 0
     while deaths < 8:
         worker = spawn("-q", "rfx", "-c", "4")
-        wait_for(lambda: not worker.alive() or not (rb.llen("queue:rfx") or private_lists(
-            rb, "*")), timeout=20, what=f"worker {deaths + 1} dies or drains")
+        wait_for(functools.partial(dies_or_drains, worker), timeout=20,
+                 what=f"worker {deaths + 1} dies or drains")
         if worker.alive():
             break
         assert worker.proc.wait(5) == -signal.SIGKILL, worker.stderr()
@@ -442,6 +446,57 @@ def test_recover_requeues_malformed_payloads_without_crashing(
     assert "rfm" in r.smembers("queues")
     assert identity not in r.smembers(keys.WIP_OWNERS)
     assert r.zcard("dead") == 0
+
+
+def test_a_suspect_runs_alone_and_a_busy_process_leaves_it_queued(
+        r: redis.Redis, rb: redis.Redis, config: Config, define: Define,
+        launch: Launch) -> None:
+    config.concurrency = 3
+    config.queues = ["rfs"]
+    config.fetch_timeout = 2.0  # the idle threads' BRPOPLPUSH is what takes the suspect
+    held = {"busy": threading.Event(), "suspect": threading.Event()}
+    ran: list[str] = []
+
+    def work(tag: str) -> None:
+        ran.append(tag)
+        if tag in held:
+            held[tag].wait(10)
+
+    job = define(work)
+    busy, first, second, normal = (payload(job.name, tag, queue="rfs")
+                                   for tag in ("busy", "suspect", "other-suspect", "normal"))
+    rb.lpush("queue:rfs", busy)
+    launcher = launch()
+    mine = wip(launcher.identity, "rfs")
+    try:
+        wait_for(lambda: ran == ["busy"] and blocked_in_brpoplpush(r))
+        # A dead process held two jobs: both come back as suspects, neither blamed.
+        fake_dead_owner(rb, "ghost:9:cccccccccccc", "rfs", first, second)
+        assert recover(config, "ghost:9:cccccccccccc") == (2, 0)
+        rb.lpush("queue:rfs", normal)
+        # The blocked move took the first suspect, and gave it back: we are busy.
+        wait_for(lambda: not blocked_in_brpoplpush(r), timeout=3)
+        time.sleep(0.5)
+        assert ran == ["busy"]
+        assert rb.lrange("queue:rfs", 0, -1) == [normal, second, first]
+        assert rb.lrange(mine, 0, -1) == [busy]
+        assert not blocked_in_brpoplpush(r)  # it waits to be idle; it does not block
+        assert r.get(keys.pill(jid_of(first))) is None
+
+        held["busy"].set()
+        wait_for(lambda: ran == ["busy", "suspect"])
+        time.sleep(0.3)
+        # Alone: nothing claimed beside it, though two threads are idle.
+        assert ran == ["busy", "suspect"]
+        assert rb.lrange(mine, 0, -1) == [first]
+        assert rb.lrange("queue:rfs", 0, -1) == [normal, second]
+    finally:
+        for event in held.values():
+            event.set()
+    wait_for(lambda: ran == ["busy", "suspect", "other-suspect", "normal"])
+    wait_for(lambda: not rb.exists(mine))
+    assert not rb.exists(keys.SUSPECTS)  # each acknowledged run cleared its mark
+    assert rb.llen("queue:rfs") == 0
 
 
 # -- 5. batching ----------------------------------------------------------------------------
