@@ -2,9 +2,12 @@
 
 Duties:
 1. ``recover(config, identity)``: in one script, push every job in a dead
-   process's private lists back to its queue (oldest nearest the fetch end),
-   counting recoveries per jid; a job recovered more than ``max_recoveries``
-   times is a poison pill and goes to the dead set instead.
+   process's private lists back to its queue (oldest nearest the fetch end)
+   and mark it a suspect, which reliable fetch runs alone until one of its
+   runs finishes. Only a job that was the one job its dead process held is
+   blamed for the death: a poison-pill counter per jid; a job blamed more
+   than ``max_recoveries`` times goes to the dead set instead. Jobs that
+   died in company are not counted, so they never share a crasher's count.
 2. A periodic sweep (at boot, then every ``reaper_interval`` seconds, under a
    cluster-wide lock so processes do not dogpile): every registered owner
    whose heartbeat hash has expired is recovered.
