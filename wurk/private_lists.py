@@ -5,8 +5,10 @@ Duties:
    landed, claim for the waiting threads) and what its reply says: the jobs
    handed to us, and whether a suspect is among them or waits for us.
 2. ``settle``: send acknowledgements alone (the same script, claiming nothing).
-3. ``give_back``: REQUEUE jobs from a private list to the fetch end of their queue.
-4. ``strays``: the entries of the private lists a process does not know it holds.
+3. ``wait_and_move``: block until a queue has a job and move it (BRPOPLPUSH).
+4. ``give_back``: REQUEUE jobs from a private list to the fetch end of their queue.
+5. ``read`` and ``strays``: the entries of the private lists a process does
+   not know it holds.
 
 The threads, and the bookkeeping of who holds what, are wurk.reliable_fetch's.
 """
@@ -59,6 +61,16 @@ def settle(config: Config, identity: str, acks: list[Ack]) -> None:
     args: list[Any] = [identity, 0, 0, 0, b"", *_ack_args(identity, acks)]
     # Removing a finished job twice removes nothing more: safe to replay.
     config.pool.run(lambda c: CLAIM.run(c, _fixed_keys(identity), args), idempotent=True)
+
+
+def wait_and_move(config: Config, identity: str, name: str, seconds: float) -> bytes | None:
+    """Not idempotent either: a job moved whose reply was lost waits for a resync."""
+    # Sidekiq sends an integer; Redis 6+ also takes a decimal.
+    block: int | float = int(seconds) if float(seconds).is_integer() else seconds
+    raw: bytes | None = config.pool.run(lambda c: c.call(
+        "BRPOPLPUSH", keys.queue(name), keys.wip(identity, name), block,
+        timeout=seconds + config.redis_read_timeout))
+    return raw
 
 
 def give_back(config: Config, identity: str, works: Iterable[UnitOfWork]) -> int:

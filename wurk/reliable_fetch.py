@@ -134,7 +134,8 @@ class ReliableFetch:
         except queue.Empty:
             work = self._wait_for_work()
         else:
-            self._taken(work)
+            with self._cond:
+                self._pending -= work is not None
         if work is not None and self._quiet:
             # Claimed before quiet but not started: it goes back, not run.
             self._give_back([work])
@@ -160,11 +161,6 @@ class ReliableFetch:
                 if work is not None:
                     self._pending -= 1
         return work
-
-    def _taken(self, work: UnitOfWork | None) -> None:
-        if work is not None:
-            with self._cond:
-                self._pending -= 1
 
     def _release_waiters(self) -> None:
         """Wake processors blocked in fetch (quiet or stop): each gets None."""
@@ -220,6 +216,10 @@ class ReliableFetch:
             while not self._stopping and self._landed is None and not self._want() \
                     and not self._acks_due():
                 self._wake.wait(ACK_DELAY if self._acks else None)
+        # Yield the GIL once: threads just finishing a job get to queue their
+        # ack and wait, so this one round trip serves them too.
+        time.sleep(0)
+        with self._cond:
             if self._stopping:
                 return None
             want = self._want()
@@ -302,10 +302,8 @@ class ReliableFetch:
         try:
             # Acks that came in since the claim would otherwise wait out the block.
             self._flush_acks()
-            raw = self.config.pool.run(lambda c: c.call(
-                "BRPOPLPUSH", keys.queue(name), keys.wip(self.identity, name),
-                _block_arg(self._block_seconds),
-                timeout=self._block_seconds + self.config.redis_read_timeout))
+            raw = private_lists.wait_and_move(self.config, self.identity, name,
+                                              self._block_seconds)
         finally:
             with self._cond:
                 self._blocking = False
@@ -393,6 +391,3 @@ class ReliableFetch:
             log.warning("fetch.resynced", jobs=len(strays))
         return len(strays)
 
-
-def _block_arg(seconds: float) -> int | float:
-    return int(seconds) if float(seconds).is_integer() else seconds
