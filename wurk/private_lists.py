@@ -7,8 +7,7 @@ Duties:
 2. ``settle``: send acknowledgements alone (the same script, claiming nothing).
 3. ``wait_and_move``: block until a queue has a job and move it (BRPOPLPUSH).
 4. ``give_back``: REQUEUE jobs from a private list to the fetch end of their queue.
-5. ``read`` and ``strays``: the entries of the private lists a process does
-   not know it holds.
+5. ``strays``: the entries of the private lists a process does not know it holds.
 
 The threads, and the bookkeeping of who holds what, are wurk.reliable_fetch's.
 """
@@ -82,16 +81,14 @@ def give_back(config: Config, identity: str, works: Iterable[UnitOfWork]) -> int
     return moved
 
 
-def read(config: Config, identity: str, names: Sequence[str]) -> list[list[bytes]]:
-    lists = [keys.wip(identity, name) for name in names]
-    contents: list[list[bytes]] = config.pool.pipeline(
-        [("LRANGE", k, 0, -1) for k in lists], idempotent=True)
-    return contents
-
-
-def strays(names: Sequence[str], contents: list[list[bytes]],
+def strays(config: Config, identity: str, names: Sequence[str],
            held: Iterable[UnitOfWork]) -> list[UnitOfWork]:
+    """``held``: what the process knew it held just before the lists are read.
+    Only its fetcher thread claims, and that thread is the one asking, so no
+    job joins in between; one that leaves in between is simply not found."""
     known = collections.Counter((w.queue, w.raw) for w in held)
+    contents: list[list[bytes]] = config.pool.pipeline(
+        [("LRANGE", keys.wip(identity, name), 0, -1) for name in names], idempotent=True)
     found: list[UnitOfWork] = []
     for name, entries in zip(names, contents, strict=True):
         for raw in entries:

@@ -120,10 +120,8 @@ class ReliableFetch:
         if self._thread is not None:
             self._thread.join(self.config.fetch_timeout + self.config.redis_read_timeout + 1)
         with self._cond:
-            unstarted = self._take_ready()
-            if self._landed is not None:
-                unstarted.append(self._landed)
-                self._landed = None
+            unstarted = self._take_ready() + ([self._landed] if self._landed else [])
+            self._landed = None
         self._flush_acks()
         self._give_back(unstarted)
 
@@ -216,15 +214,20 @@ class ReliableFetch:
             while not self._stopping and self._landed is None and not self._want() \
                     and not self._acks_due():
                 self._wake.wait(ACK_DELAY if self._acks else None)
-        # Yield the GIL once: threads just finishing a job get to queue their
-        # ack and wait, so this one round trip serves them too.
-        time.sleep(0)
-        with self._cond:
-            if self._stopping:
-                return None
-            want = self._want()
-            acks, self._acks = self._acks, []
-        return want, acks
+        # Yield the GIL until no more threads come to wait (a pass per thread
+        # at most): threads just finishing a job get to queue their ack and
+        # wait, so one round trip serves them all.
+        want = -1
+        while True:
+            time.sleep(0)
+            with self._cond:
+                if self._stopping:
+                    return None
+                more = self._want()
+                if more <= want:
+                    acks, self._acks = self._acks, []
+                    return more, acks
+            want = more
 
     def _round(self, want: int, acks: list[Ack]) -> None:
         if self._needs_resync():
@@ -382,10 +385,9 @@ class ReliableFetch:
 
     def resync(self) -> int:
         """Give back private-list entries this process does not know it holds."""
-        contents = private_lists.read(self.config, self.identity, self.plan.names)
         with self._cond:
             held = list(self._held.values())
-        strays = private_lists.strays(self.plan.names, contents, held)
+        strays = private_lists.strays(self.config, self.identity, self.plan.names, held)
         if strays:
             private_lists.give_back(self.config, self.identity, strays)
             log.warning("fetch.resynced", jobs=len(strays))
