@@ -80,7 +80,10 @@ def reliable(launcher: Launcher) -> ReliableFetch:
 
 
 def blocked_in_brpoplpush(r: redis.Redis) -> bool:
-    return any(c.get("cmd") == "brpoplpush" for c in r.client_list())
+    # "cmd" is a connection's last command, blocked in it or long done: the
+    # "b" flag says it is blocked now.
+    return any(c.get("cmd") == "brpoplpush" and "b" in c.get("flags", "")
+               for c in r.client_list())
 
 
 class Gate:
