@@ -731,6 +731,21 @@ def test_hard_stop_requeues_the_running_job_and_drops_its_late_finish(
     assert gate.runs == ["long"]
 
 
+def test_what_a_stop_leaves_in_the_private_list_goes_back_unblamed(
+        r: redis.Redis, rb: redis.Redis, config: Config, launch: Launch) -> None:
+    launcher = launch()
+    mine = wip(launcher.identity, "default")
+    left = payload("Left", "behind")  # say, a give-back that failed during the drain
+    wait_for(lambda: blocked_in_brpoplpush(r))
+    rb.lpush(mine, left)
+    launcher.stop()
+    assert rb.lrange("queue:default", 0, -1) == [left]
+    # The process did not die: nothing to blame, nothing to suspect.
+    assert r.get(keys.pill(jid_of(left))) is None
+    assert not rb.exists(keys.SUSPECTS)
+    assert launcher.identity not in r.smembers(keys.WIP_OWNERS)
+
+
 # -- 9. resync ------------------------------------------------------------------------------
 
 

@@ -166,19 +166,22 @@ return moved
 # dead process's lists is to blame for the death: its poison-pill counter goes
 # up, and past ARGV[3] it goes to the dead set instead. Jobs that died beside
 # others are not counted; running alone next time tells them apart.
+# A live process releasing its own lists at a stop (ARGV[9] = "0") did not
+# die: its jobs go back unblamed and unsuspected.
 # KEYS: owners set, the identity's wip-queues set, dead set, queues set,
 #       suspects set.
 # ARGV: identity, private-list prefix, max recoveries, pill prefix, pill TTL
 #       (also the suspects' lifetime), now (score), dead cutoff score, dead
-#       max jobs.
+#       max jobs, "1" if the owner died.
 RECOVER = Script(
     "recover",
     """
 local queues = redis.call("smembers", KEYS[2])
+local died = ARGV[9] == "1"
 local held = 0
 for _, q in ipairs(queues) do held = held + redis.call("llen", ARGV[2] .. q) end
 local function blame(job)
-  if held ~= 1 then return 0 end
+  if held ~= 1 or not died then return 0 end
   local ok, decoded = pcall(cjson.decode, job)
   local jid = ok and type(decoded) == "table" and decoded["jid"]
   if type(jid) ~= "string" then return 0 end
@@ -200,7 +203,7 @@ for _, q in ipairs(queues) do
     else
       redis.call("sadd", KEYS[4], q)
       redis.call("rpush", "queue:" .. q, job)
-      redis.call("zadd", KEYS[5], ARGV[6], job)
+      if died then redis.call("zadd", KEYS[5], ARGV[6], job) end
       recovered = recovered + 1
     end
     job = redis.call("lpop", wip)

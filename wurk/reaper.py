@@ -35,16 +35,19 @@ log = get_logger("wurk.reaper")
 
 
 def recover(config: Config, identity: str, now: float | None = None, *,
-            attempts: int | None = None) -> tuple[int, int]:
+            attempts: int | None = None, died: bool = True) -> tuple[int, int]:
     """Recover one identity's private lists; returns (requeued, killed as poison pills).
 
     ``attempts`` caps the pool's tries (the swarm parent makes one per tick).
+    ``died=False``: a live process giving back what its stop left behind; no
+    job is blamed or made a suspect.
     """
     at = time.time() if now is None else now
     reply = config.pool.run(lambda c: RECOVER.run(
         c, [keys.WIP_OWNERS, keys.wip_queues(identity), keys.DEAD, keys.QUEUES, keys.SUSPECTS],
         [identity, keys.wip_prefix(identity), config.max_recoveries, keys.PILL_PREFIX,
-         keys.PILL_TTL, score(at), score(at - config.dead_timeout), config.dead_max_jobs]),
+         keys.PILL_TTL, score(at), score(at - config.dead_timeout), config.dead_max_jobs,
+         "1" if died else "0"]),
         attempts=attempts)
     requeued, killed = int(reply[0]), int(reply[1])
     if requeued or killed:
