@@ -8,6 +8,8 @@ quiet, paused queues and hard stops never strand or duplicate a job.
 
 from __future__ import annotations
 
+import collections
+import functools
 import json
 import os
 import signal
@@ -78,7 +80,10 @@ def reliable(launcher: Launcher) -> ReliableFetch:
 
 
 def blocked_in_brpoplpush(r: redis.Redis) -> bool:
-    return any(c.get("cmd") == "brpoplpush" for c in r.client_list())
+    # "cmd" is a connection's last command, blocked in it or long done: the
+    # "b" flag says it is blocked now.
+    return any(c.get("cmd") == "brpoplpush" and "b" in c.get("flags", "")
+               for c in r.client_list())
 
 
 class Gate:
@@ -154,6 +159,7 @@ def test_running_job_sits_in_private_list_and_ack_clears_it_and_its_pill(
 
 JOBS_MODULE = textwrap.dedent("""
     import os
+    import signal
     import time
 
     import redis
@@ -171,6 +177,18 @@ JOBS_MODULE = textwrap.dedent("""
             time.sleep(0.05)
         _r.rpush("rf:ran", tag)
         _r.incr("rf:done")
+
+
+    @wurk.job(name="rf_nap")
+    def nap(tag, seconds):
+        time.sleep(seconds)
+        _r.rpush("rf:ran", tag)
+
+
+    @wurk.job(name="rf_crash")
+    def crash():
+        _r.incr("rf:crashes")
+        os.kill(os.getpid(), signal.SIGKILL)
 """)
 
 
@@ -251,8 +269,10 @@ def test_sigkilled_process_jobs_are_recovered_and_run_elsewhere(
     assert not rb.exists(mine)
     assert identity not in r.smembers(keys.WIP_OWNERS)
     assert not r.exists(keys.wip_queues(identity))
+    # Two jobs died together: neither is blamed, both are suspects now.
     for raw in raws:
-        assert r.get(keys.pill(jid_of(raw))) == "1"
+        assert r.get(keys.pill(jid_of(raw))) is None
+    assert sorted(rb.zrange(keys.SUSPECTS, 0, -1)) == sorted(raws)
 
     r.delete("rf:hang")
     second = spawn("-q", "rfk", "-c", "2")
@@ -264,9 +284,53 @@ def test_sigkilled_process_jobs_are_recovered_and_run_elsewhere(
     assert second_identity != identity
     wait_for(lambda: not rb.exists(wip(second_identity, "rfk")))  # both acked
     assert rb.llen("queue:rfk") == 0
+    assert not rb.exists(keys.SUSPECTS)  # each finished a run: cleared
     second.proc.send_signal(signal.SIGTERM)
     assert second.proc.wait(5) == 0, second.stderr()
     assert r.smembers(keys.WIP_OWNERS) == set()
+
+
+def test_a_job_that_kills_its_process_dies_alone_and_its_neighbours_complete(
+        r: redis.Redis, rb: redis.Redis, config: Config,
+        spawn: Callable[..., Worker]) -> None:
+    """One crasher among 20 jobs, 4 threads: the jobs that were running
+    beside it when it took the process down must not share its blame."""
+    config.max_recoveries = 2
+    innocents = [payload("rf_nap", f"innocent-{n}", 0.2, queue="rfx") for n in range(20)]
+    crasher = payload("rf_crash", queue="rfx")
+    rb.sadd("queues", "rfx")
+    for raw in [*innocents[:2], crasher, *innocents[2:]]:  # the third one fetched
+        rb.lpush("queue:rfx", raw)
+    def dies_or_drains(worker: Worker) -> bool:
+        return not worker.alive() or not (rb.llen("queue:rfx") or private_lists(rb, "*"))
+
+    deaths = 0
+    while deaths < 8:
+        worker = spawn("-q", "rfx", "-c", "4")
+        wait_for(functools.partial(dies_or_drains, worker), timeout=20,
+                 what=f"worker {deaths + 1} dies or drains")
+        if worker.alive():
+            break
+        assert worker.proc.wait(5) == -signal.SIGKILL, worker.stderr()
+        deaths += 1
+        (identity,) = r.smembers(keys.WIP_OWNERS)
+        recover(config, str(identity))  # what the swarm parent does when it reaps a child
+    worker.proc.send_signal(signal.SIGTERM)
+    assert worker.proc.wait(10) == 0, worker.stderr()
+
+    completed = set(r.lrange("rf:ran", 0, -1))
+    dead = rb.zrange("dead", 0, -1)
+    innocents_dead = sum(raw in dead for raw in innocents)
+    print(f"\n{deaths} crashes; innocents completed {len(completed)}/20, "
+          f"innocents dead {innocents_dead}, crasher dead {crasher in dead}")
+    assert innocents_dead == 0
+    assert completed == {f"innocent-{n}" for n in range(20)}
+    assert dead == [crasher]
+    # Blamed only for the crashes it caused alone: max_recoveries + 1 of them
+    # (its first, beside other jobs, made it a suspect).
+    assert int(r.get("rf:crashes") or 0) == deaths == config.max_recoveries + 2
+    assert rb.llen("queue:rfx") == 0
+    assert not rb.exists(keys.SUSPECTS)
 
 
 # -- 3. the reaper leaves the living alone and honours its lock ------------------------------
@@ -361,19 +425,81 @@ def test_job_recovered_too_often_goes_to_dead(r: redis.Redis, rb: redis.Redis,
 
 def test_recover_requeues_malformed_payloads_without_crashing(
         r: redis.Redis, rb: redis.Redis, config: Config) -> None:
-    identity = "broken:7:deadbeefdead"
     good = payload("Good", 1, queue="rfm")
     odd: list[bytes] = [b"not json {", b"[1, 2]", b'{"jid": null}', b'{"jid": 42}', b"42",
                         b"\xff\xfe\x00binary", b'"a string"', b"", good]
-    # Claimed in this order: the private list holds the newest first.
+    # Alone in a dead process's lists a job is blamed, so its jid is looked for.
+    for n, raw in enumerate(odd):
+        identity = f"broken:{n}:deadbeefdead"
+        fake_dead_owner(rb, identity, "rfm", raw)
+        assert recover(config, identity) == (1, 0)
+        assert identity not in r.smembers(keys.WIP_OWNERS)
+    assert rb.lrange("queue:rfm", 0, -1) == odd
+    assert [k.decode() for k in rb.scan_iter(match="wurk:pill:*")] == [keys.pill(jid_of(good))]
+    assert sorted(rb.zrange(keys.SUSPECTS, 0, -1)) == sorted(odd)
+    rb.delete("queue:rfm")
+
+    # All together: claimed in this order, the private list holds the newest first.
+    identity = "broken:all:deadbeefdead"
     fake_dead_owner(rb, identity, "rfm", *odd)
     assert recover(config, identity) == (len(odd), 0)
     # Oldest claimed ends nearest the fetch (right) end.
     assert rb.lrange("queue:rfm", 0, -1) == list(reversed(odd))
-    assert [k.decode() for k in rb.scan_iter(match="wurk:pill:*")] == [keys.pill(jid_of(good))]
+    assert r.get(keys.pill(jid_of(good))) == "1"  # from before: not blamed again
     assert "rfm" in r.smembers("queues")
     assert identity not in r.smembers(keys.WIP_OWNERS)
     assert r.zcard("dead") == 0
+
+
+def test_a_suspect_runs_alone_and_a_busy_process_leaves_it_queued(
+        r: redis.Redis, rb: redis.Redis, config: Config, define: Define,
+        launch: Launch) -> None:
+    config.concurrency = 3
+    config.queues = ["rfs"]
+    config.fetch_timeout = 2.0  # the idle threads' BRPOPLPUSH is what takes the suspect
+    held = {"busy": threading.Event(), "suspect": threading.Event()}
+    ran: list[str] = []
+
+    def work(tag: str) -> None:
+        ran.append(tag)
+        if tag in held:
+            held[tag].wait(10)
+
+    job = define(work)
+    busy, first, second, normal = (payload(job.name, tag, queue="rfs")
+                                   for tag in ("busy", "suspect", "other-suspect", "normal"))
+    rb.lpush("queue:rfs", busy)
+    launcher = launch()
+    mine = wip(launcher.identity, "rfs")
+    try:
+        wait_for(lambda: ran == ["busy"] and blocked_in_brpoplpush(r))
+        # A dead process held two jobs: both come back as suspects, neither blamed.
+        fake_dead_owner(rb, "ghost:9:cccccccccccc", "rfs", first, second)
+        assert recover(config, "ghost:9:cccccccccccc") == (2, 0)
+        rb.lpush("queue:rfs", normal)
+        # The blocked move took the first suspect, and gave it back: we are busy.
+        wait_for(lambda: not blocked_in_brpoplpush(r), timeout=3)
+        time.sleep(0.5)
+        assert ran == ["busy"]
+        assert rb.lrange("queue:rfs", 0, -1) == [normal, second, first]
+        assert rb.lrange(mine, 0, -1) == [busy]
+        assert not blocked_in_brpoplpush(r)  # it waits to be idle; it does not block
+        assert r.get(keys.pill(jid_of(first))) is None
+
+        held["busy"].set()
+        wait_for(lambda: ran == ["busy", "suspect"])
+        time.sleep(0.3)
+        # Alone: nothing claimed beside it, though two threads are idle.
+        assert ran == ["busy", "suspect"]
+        assert rb.lrange(mine, 0, -1) == [first]
+        assert rb.lrange("queue:rfs", 0, -1) == [normal, second]
+    finally:
+        for event in held.values():
+            event.set()
+    wait_for(lambda: ran == ["busy", "suspect", "other-suspect", "normal"])
+    wait_for(lambda: not rb.exists(mine))
+    assert not rb.exists(keys.SUSPECTS)  # each acknowledged run cleared its mark
+    assert rb.llen("queue:rfs") == 0
 
 
 # -- 5. batching ----------------------------------------------------------------------------
@@ -414,6 +540,31 @@ def test_claims_are_batched_and_every_job_runs_exactly_once(
     print(f"\n{jobs} jobs, {calls} EVALSHA round trips ({jobs / max(calls, 1):.2f} jobs each), "
           f"{elapsed:.2f}s")
     assert 0 < calls < jobs
+
+
+def test_a_busy_process_holds_no_more_jobs_than_it_has_threads(
+        r: redis.Redis, rb: redis.Redis, config: Config, define: Define,
+        launch: Launch) -> None:
+    """A claimed job that no thread runs is in no queue and no work hash:
+    Sidekiq's API cannot see it and idle threads elsewhere cannot take it."""
+    config.concurrency = 4
+    config.queues = ["rfidle"]
+    jobs = 80
+    job = define(lambda n: time.sleep(0.01 * (n % 3)))
+    pipe = rb.pipeline(transaction=False)
+    for n in range(jobs):
+        pipe.lpush("queue:rfidle", payload(job.name, n, queue="rfidle"))
+    pipe.execute()
+    launcher = launch()
+    mine = wip(launcher.identity, "rfidle")
+    held: collections.Counter[int] = collections.Counter()
+    deadline = time.monotonic() + 20
+    while (rb.llen("queue:rfidle") or rb.exists(mine)) and time.monotonic() < deadline:
+        held[rb.llen(mine)] += 1
+    assert rb.llen("queue:rfidle") == 0 and not rb.exists(mine), "did not drain in 20 s"
+    print(f"\nprivate-list length: samples per length {sorted(held.items())}")
+    assert max(held) <= config.concurrency, sorted(held.items())
+    assert held[config.concurrency] > 0  # the sampling saw a full process
 
 
 # -- 6. paused queues and blocking ----------------------------------------------------------
@@ -578,6 +729,21 @@ def test_hard_stop_requeues_the_running_job_and_drops_its_late_finish(
     assert int(r.get("stat:processed") or 0) == 0
     assert rb.lrange("queue:default", 0, -1) == [newer, raw]
     assert gate.runs == ["long"]
+
+
+def test_what_a_stop_leaves_in_the_private_list_goes_back_unblamed(
+        r: redis.Redis, rb: redis.Redis, config: Config, launch: Launch) -> None:
+    launcher = launch()
+    mine = wip(launcher.identity, "default")
+    left = payload("Left", "behind")  # say, a give-back that failed during the drain
+    wait_for(lambda: blocked_in_brpoplpush(r))
+    rb.lpush(mine, left)
+    launcher.stop()
+    assert rb.lrange("queue:default", 0, -1) == [left]
+    # The process did not die: nothing to blame, nothing to suspect.
+    assert r.get(keys.pill(jid_of(left))) is None
+    assert not rb.exists(keys.SUSPECTS)
+    assert launcher.identity not in r.smembers(keys.WIP_OWNERS)
 
 
 # -- 9. resync ------------------------------------------------------------------------------

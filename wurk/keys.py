@@ -78,6 +78,9 @@ def wip_queues(identity: str) -> str:
 
 
 PILL_PREFIX = "wurk:pill:"
+# Recovered jobs that have not finished a run since: a sorted set of raw
+# payloads scored by their last recovery. Reliable fetch runs each one alone.
+SUSPECTS = "wurk:suspects"
 
 
 def pill(jid: str) -> str:

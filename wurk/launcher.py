@@ -142,7 +142,7 @@ class Launcher:
     def _release_private_lists(self) -> None:
         """Anything still in our private lists goes back, and we stop owning them."""
         try:
-            recover(self.config, self.identity)
+            recover(self.config, self.identity, died=False)
         except Exception as exc:  # noqa: BLE001 - the reaper elsewhere will do it later
             log.error("launcher.release_failed", error=f"{type(exc).__name__}: {exc}")
 

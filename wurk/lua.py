@@ -62,43 +62,94 @@ return nil
 
 
 # Reliable fetch, one round trip: first settle acknowledgements (remove each
-# finished job from its private list and retire its poison-pill counter),
-# then move up to ``want`` jobs from the queues, in the order given, skipping
-# paused ones, into this process's private lists. Each move pops before it
-# pushes and registers the owner only after its first pop, so a claim works
-# at maxmemory (see the module docstring).
-# KEYS: paused set, owners set, the identity's wip-queues set, then per queue
-#       its queue list and private list.
-# ARGV: identity, want, queue count n, n queue names, then ack triples
-#       (private list, raw payload, pill key or "").
+# finished job from its private list, retire its poison-pill counter and its
+# suspect mark), then move up to ``want`` jobs from the queues, in the order
+# given, skipping paused ones, into this process's private lists.
+# A suspect (a job recovered from a dead process, see RECOVER) runs alone, so
+# a crash while it runs is its own: it is taken only by a process whose
+# private lists are otherwise empty, and nothing is claimed beside it. A
+# suspect at the head of a queue stops a busy process's claim there.
+# A job that BRPOPLPUSH already moved ("landed") is checked the same way
+# first: kept, or, if it is a suspect and we hold others, pushed back to the
+# fetch end of its queue.
+# The suspects key is looked at once per call; without it the claim pays
+# nothing more. Each move pops before it pushes and registers the owner only
+# after its first pop, so a claim works at maxmemory (see the module
+# docstring).
+# KEYS: paused set, owners set, the identity's wip-queues set, suspects set,
+#       then per queue its queue list and private list.
+# ARGV: identity, want, queue count n, n queue names, landed job's queue
+#       position (0: none), landed payload, then ack triples (private list,
+#       raw payload, pill key or "").
+# Reply: a status (0; 1: the one job claimed is a suspect; 2: a suspect waits
+#        for this process to hold nothing), then (queue name, payload) pairs.
 CLAIM = Script(
     "claim",
     """
 local identity, want, n = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local i = 4 + n
-while i <= #ARGV do
+local landed_at, landed = tonumber(ARGV[4 + n]), ARGV[5 + n]
+local suspects = redis.call("exists", KEYS[4]) == 1
+for i = 6 + n, #ARGV, 3 do
   redis.call("lrem", ARGV[i], -1, ARGV[i + 1])
   if ARGV[i + 2] ~= "" then redis.call("del", ARGV[i + 2]) end
-  i = i + 3
+  if suspects then redis.call("zrem", KEYS[4], ARGV[i + 1]) end
 end
-local out = {}
-if want <= 0 then return out end
+local out = {0}
+if want <= 0 and landed_at == 0 then return out end
+local function suspect(job)
+  return suspects and redis.call("zscore", KEYS[4], job) ~= false
+end
+local function held()
+  local total = 0
+  for q = 1, n do total = total + redis.call("llen", KEYS[4 + 2 * q]) end
+  return total
+end
+if landed_at > 0 then
+  local name = ARGV[3 + landed_at]
+  if suspect(landed) then
+    local dst = KEYS[4 + 2 * landed_at]
+    local mine = redis.call("lrem", dst, -1, landed) > 0
+    if mine and held() == 0 then
+      redis.call("lpush", dst, landed)
+      return {1, name, landed}
+    end
+    if mine then redis.call("rpush", KEYS[3 + 2 * landed_at], landed) end
+    return {2}
+  end
+  out[2], out[3] = name, landed
+  want = want - 1
+end
+local registered = {}
+local function move(src, dst, name)
+  local job = redis.call("rpop", src)
+  if not job then return nil end
+  redis.call("lpush", dst, job)
+  if not registered[name] then
+    if next(registered) == nil then redis.call("sadd", KEYS[2], identity) end
+    redis.call("sadd", KEYS[3], name)
+    registered[name] = true
+  end
+  return job
+end
 for q = 1, n do
   local name = ARGV[3 + q]
-  if redis.call("sismember", KEYS[1], name) == 0 then
-    local src, dst = KEYS[2 + 2 * q], KEYS[3 + 2 * q]
-    local job = redis.call("rpop", src)
-    if job then
-      redis.call("sadd", KEYS[2], identity)
-      redis.call("sadd", KEYS[3], name)
-    end
-    while job do
-      redis.call("lpush", dst, job)
+  if want > 0 and redis.call("sismember", KEYS[1], name) == 0 then
+    local src, dst = KEYS[3 + 2 * q], KEYS[4 + 2 * q]
+    while want > 0 do
+      local head = suspects and redis.call("lindex", src, -1)
+      if head and suspect(head) then
+        if #out > 1 or held() > 0 then
+          out[1] = 2
+          return out
+        end
+        move(src, dst, name)
+        return {1, name, head}
+      end
+      local job = move(src, dst, name)
+      if not job then break end
       out[#out + 1] = name
       out[#out + 1] = job
       want = want - 1
-      if want == 0 then return out end
-      job = redis.call("rpop", src)
     end
   end
 end
@@ -142,12 +193,13 @@ return moved
 # Settle a failed job in one step: remove the copy this run claimed from its
 # private list and, only if it was still there, write where the job goes
 # next (its retry entry, or its dead entry with Sidekiq's age and size trims)
-# and retire its poison-pill counter. A copy that a stop already gave back,
+# and retire its poison-pill counter and its suspect mark (see RECOVER). A
+# copy that a stop already gave back,
 # or a replay of a settle that landed, finds nothing and writes nothing. With
 # no private list (basic fetch) it is just the write. The removal comes
 # first for a second reason: it counts as the script's first write, and
 # Redis lets a script that has written go on writing at maxmemory.
-# KEYS: the retry or dead set.
+# KEYS: the retry or dead set, the suspects set.
 # ARGV: private list or "", claimed payload, pill key or "", mode ("retry",
 #       "dead" or "drop"), score, entry, dead cutoff score, dead max jobs.
 SETTLE = Script(
@@ -161,32 +213,48 @@ if mode == "dead" then
   redis.call("zremrangebyrank", KEYS[1], 0, -tonumber(ARGV[8]))
 end
 if ARGV[3] ~= "" then redis.call("del", ARGV[3]) end
+redis.call("zrem", KEYS[2], ARGV[2])
 return 1
 """,
 )
 
-# Recover a dead process's private lists. Each job's poison-pill counter goes
-# up; a job recovered more than ARGV[3] times goes to the dead set instead of
-# back to its queue. Newest first, so the oldest ends nearest the fetch end.
-# KEYS: owners set, the identity's wip-queues set, dead set, queues set.
-# ARGV: identity, private-list prefix, max recoveries, pill prefix, pill TTL,
-#       now (score), dead cutoff score, dead max jobs.
+# Recover a dead process's private lists. Every job goes back to the fetch
+# end of its queue (newest popped first, so the oldest ends nearest the fetch
+# end) and becomes a suspect (the suspects set, scored by recovery time), so
+# CLAIM runs it alone until it finishes once. Only a job that was alone in the
+# dead process's lists is to blame for the death: its poison-pill counter goes
+# up, and past ARGV[3] it goes to the dead set instead. Jobs that died beside
+# others are not counted; running alone next time tells them apart.
+# A live process releasing its own lists at a stop (ARGV[9] = "0") did not
+# die: its jobs go back unblamed and unsuspected.
+# KEYS: owners set, the identity's wip-queues set, dead set, queues set,
+#       suspects set.
+# ARGV: identity, private-list prefix, max recoveries, pill prefix, pill TTL
+#       (also the suspects' lifetime), now (score), dead cutoff score, dead
+#       max jobs, "1" if the owner died.
 RECOVER = Script(
     "recover",
     """
+local queues = redis.call("smembers", KEYS[2])
+local died = ARGV[9] == "1"
+local held = 0
+for _, q in ipairs(queues) do held = held + redis.call("llen", ARGV[2] .. q) end
+local function blame(job)
+  if held ~= 1 or not died then return 0 end
+  local ok, decoded = pcall(cjson.decode, job)
+  local jid = ok and type(decoded) == "table" and decoded["jid"]
+  if type(jid) ~= "string" then return 0 end
+  local count = redis.call("incr", ARGV[4] .. jid)
+  redis.call("expire", ARGV[4] .. jid, ARGV[5])
+  return count
+end
 local recovered, killed = 0, 0
-for _, q in ipairs(redis.call("smembers", KEYS[2])) do
+for _, q in ipairs(queues) do
   local wip = ARGV[2] .. q
   local job = redis.call("lpop", wip)
   while job do
-    local ok, decoded = pcall(cjson.decode, job)
-    local jid = ok and type(decoded) == "table" and decoded["jid"]
-    local count = 0
-    if type(jid) == "string" then
-      count = redis.call("incr", ARGV[4] .. jid)
-      redis.call("expire", ARGV[4] .. jid, ARGV[5])
-    end
-    if count > tonumber(ARGV[3]) then
+    if blame(job) > tonumber(ARGV[3]) then
+      redis.call("zrem", KEYS[5], job)
       redis.call("zadd", KEYS[3], ARGV[6], job)
       redis.call("zremrangebyscore", KEYS[3], "-inf", ARGV[7])
       redis.call("zremrangebyrank", KEYS[3], 0, -tonumber(ARGV[8]))
@@ -194,10 +262,17 @@ for _, q in ipairs(redis.call("smembers", KEYS[2])) do
     else
       redis.call("sadd", KEYS[4], q)
       redis.call("rpush", "queue:" .. q, job)
+      if died then redis.call("zadd", KEYS[5], ARGV[6], job) end
       recovered = recovered + 1
     end
     job = redis.call("lpop", wip)
   end
+end
+if recovered > 0 then
+  -- Marks of suspects that left their queue some other way (a Ruby process
+  -- ran them, an admin deleted them) fade after the pill TTL.
+  redis.call("zremrangebyscore", KEYS[5], "-inf", tonumber(ARGV[6]) - tonumber(ARGV[5]))
+  redis.call("expire", KEYS[5], ARGV[5])
 end
 redis.call("del", KEYS[2])
 redis.call("srem", KEYS[1], ARGV[1])

@@ -2,9 +2,12 @@
 
 Duties:
 1. ``recover(config, identity)``: in one script, push every job in a dead
-   process's private lists back to its queue (oldest nearest the fetch end),
-   counting recoveries per jid; a job recovered more than ``max_recoveries``
-   times is a poison pill and goes to the dead set instead.
+   process's private lists back to its queue (oldest nearest the fetch end)
+   and mark it a suspect, which reliable fetch runs alone until one of its
+   runs finishes. Only a job that was the one job its dead process held is
+   blamed for the death: a poison-pill counter per jid; a job blamed more
+   than ``max_recoveries`` times goes to the dead set instead. Jobs that
+   died in company are not counted, so they never share a crasher's count.
 2. A periodic sweep (at boot, then every ``reaper_interval`` seconds, under a
    cluster-wide lock so processes do not dogpile): every registered owner
    whose heartbeat hash has expired is recovered. A sweep that raises
@@ -34,16 +37,19 @@ log = get_logger("wurk.reaper")
 
 
 def recover(config: Config, identity: str, now: float | None = None, *,
-            attempts: int | None = None) -> tuple[int, int]:
+            attempts: int | None = None, died: bool = True) -> tuple[int, int]:
     """Recover one identity's private lists; returns (requeued, killed as poison pills).
 
     ``attempts`` caps the pool's tries (the swarm parent makes one per tick).
+    ``died=False``: a live process giving back what its stop left behind; no
+    job is blamed or made a suspect.
     """
     at = time.time() if now is None else now
     reply = config.pool.run(lambda c: RECOVER.run(
-        c, [keys.WIP_OWNERS, keys.wip_queues(identity), keys.DEAD, keys.QUEUES],
+        c, [keys.WIP_OWNERS, keys.wip_queues(identity), keys.DEAD, keys.QUEUES, keys.SUSPECTS],
         [identity, keys.wip_prefix(identity), config.max_recoveries, keys.PILL_PREFIX,
-         keys.PILL_TTL, score(at), score(at - config.dead_timeout), config.dead_max_jobs]),
+         keys.PILL_TTL, score(at), score(at - config.dead_timeout), config.dead_max_jobs,
+         "1" if died else "0"]),
         attempts=attempts)
     requeued, killed = int(reply[0]), int(reply[1])
     if requeued or killed:

@@ -1,48 +1,56 @@
 """Reliable fetch: a job leaves Redis only when its processor acknowledges it.
 
 Duties:
-1. One fetcher thread per process claims jobs for the processor threads that
-   are waiting, moving them atomically (CLAIM script) from their queue to a
-   private list owned by this process's identity; acknowledgements waiting to
-   be sent ride along in the same round trip. When every queue is empty it
-   blocks on BRPOPLPUSH instead of polling (at maxmemory, where Redis
-   refuses that move but not the claim, it polls with claims). The owner
-   registration at start is retried before a blocking move if it failed:
-   a claim registers what it moves, a blocking move does not. Anything its
-   loop raises is logged (``fetch.error``) and the loop goes on after a
-   pause; the thread runs under :mod:`wurk.threads`.
-2. ``acknowledge`` removes a finished job from the private list and retires
-   its poison-pill counter (batched with the next claim, or sent at once by
-   the processor when the fetcher is blocked). A failed job is not
-   acknowledged: ``settle`` removes its copy and writes its retry or dead
-   entry in one script (``wurk.settle``), so no acknowledgement can outlive
-   a failure and delete a later copy of the job.
-3. ``requeue`` gives unfinished jobs back to their queues (REQUEUE script),
+1. One fetcher thread per process claims one job for each processor thread
+   that waits with none on its way (all of them in one round trip when
+   several wait), moving them atomically (CLAIM script) from their queue to
+   a private list owned by this process's identity; acknowledgements waiting
+   to be sent ride along in the same round trip. A process therefore never
+   holds more jobs than it has threads, and a job that no thread runs stays
+   in its queue, visible and free for others. When every queue is empty the
+   fetcher blocks on BRPOPLPUSH instead of polling; the job that lands waits
+   for the next CLAIM to check it before a thread gets it (at maxmemory,
+   where Redis refuses that move but not the claim, it polls with claims).
+   The owner registration at start is retried before a blocking move if it
+   failed: a claim registers what it moves, a blocking move does not.
+   Anything its loop raises is logged (``fetch.error``) and the loop goes on
+   after a pause; the thread runs under :mod:`wurk.threads`.
+2. Suspects (jobs recovered from a dead process, see wurk.reaper) run alone:
+   CLAIM hands one only to a process that holds no other job. While one
+   runs, or while one waits at the head of a queue for this process to hold
+   nothing, the fetcher claims and blocks for nothing else.
+3. ``acknowledge`` removes a finished job from the private list and retires
+   its poison-pill counter and suspect mark (batched with the next claim, or
+   sent at once by the processor when the fetcher is blocked). A failed job
+   is not acknowledged: ``settle`` removes its copy and writes its retry or
+   dead entry in one script (``wurk.settle``), so no acknowledgement can
+   outlive a failure and delete a later copy of the job.
+4. ``requeue`` gives unfinished jobs back to their queues (REQUEUE script),
    so a stop never loses one.
-4. After any disruption of the pool (a claim whose reply was lost, a
+5. After any disruption of the pool (a claim whose reply was lost, a
    failover, a restarted Redis), ``resync`` gives back whatever sits in the
    private lists that this process does not know it holds. A promoted
    replica may lack an acknowledgement the old primary took; without this
    the job would wait in a live process's private list until it exits.
 
-Recovering a dead process's lists is the reaper's job (wurk.reaper).
+The round trips themselves are wurk.private_lists; recovering a dead
+process's lists is the reaper's job (wurk.reaper).
 """
 
 from __future__ import annotations
 
-import collections
 import queue
 import threading
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import redis.exceptions as rx
 
-from wurk import keys, settle, threads
+from wurk import keys, private_lists, settle, threads
 from wurk.fetch import PausedQueues, UnitOfWork
 from wurk.logging import get_logger
-from wurk.lua import CLAIM, REQUEUE
+from wurk.private_lists import SUSPECT_WAITS, Ack
 
 if TYPE_CHECKING:
     from wurk.config import Config
@@ -66,22 +74,30 @@ class ReliableFetch:
         self._cond = threading.Lock()
         self._wake = threading.Condition(self._cond)
         self._ready: queue.SimpleQueue[UnitOfWork | None] = queue.SimpleQueue()
-        self._acks: list[tuple[UnitOfWork, str | None]] = []
+        # Acks wait to ride along with the next claim, briefly.
+        self._acks: list[Ack] = []
         self._acks_since = 0.0
-        # Claim a few more than are waiting, so a busy pool pays one round
-        # trip per several jobs; acks wait to ride along, briefly.
-        self._batch = max(1, config.concurrency // 2)
         self._ack_batch = max(1, config.concurrency)
         # Claimed and not yet acknowledged or given back, by object identity
         # (cheap per job); resync, which is rare, compares payloads.
         self._held: dict[int, UnitOfWork] = {}
+        # Threads waiting in fetch, and jobs handed over that none has taken
+        # yet: a thread counts in both until it has taken its job, so their
+        # difference is exactly the threads still to claim for.
         self._waiting = 0
+        self._pending = 0
+        # Ack flushes sent by processor threads, still under way.
+        self._flushing = 0
+        self._suspect: UnitOfWork | None = None
+        self._suspect_waits = False
+        # Moved by BRPOPLPUSH, held back until a CLAIM has checked it.
+        self._landed: UnitOfWork | None = None
         self._blocking = False
         self._stopping = False
         self._quiet = False
         self._thread: threading.Thread | None = None
-        self._resync_pending = False
         self._registered = True
+        self._resync_pending = False
         self._disruptions_seen = config.pool.disruptions
         self.paused = PausedQueues(config)
         single = len(plan.names) == 1
@@ -119,7 +135,8 @@ class ReliableFetch:
             self._thread.join(self.config.pool.deadline.clip(
                 self.config.fetch_timeout + self.config.redis_read_timeout + 1))
         with self._cond:
-            unstarted = self._take_ready()
+            unstarted = self._take_ready() + ([self._landed] if self._landed else [])
+            self._landed = None
         self._flush_acks()
         self._give_back(unstarted)
 
@@ -129,6 +146,9 @@ class ReliableFetch:
             work = self._ready.get_nowait()
         except queue.Empty:
             work = self._wait_for_work()
+        else:
+            with self._cond:
+                self._pending -= work is not None
         if work is not None and self._quiet:
             # Claimed before quiet but not started: it goes back, not run.
             self._give_back([work])
@@ -141,13 +161,19 @@ class ReliableFetch:
                 return None
             self._waiting += 1
             self._wake.notify()
+        work = None
         try:
-            return self._ready.get(timeout=self.config.fetch_timeout)
+            work = self._ready.get(timeout=self.config.fetch_timeout)
         except queue.Empty:
-            return None
+            pass
         finally:
             with self._cond:
+                # Both at once: the fetcher must never see this thread gone
+                # while its job still counts as on its way, or the reverse.
                 self._waiting -= 1
+                if work is not None:
+                    self._pending -= 1
+        return work
 
     def _release_waiters(self) -> None:
         """Wake processors blocked in fetch (quiet or stop): each gets None."""
@@ -155,12 +181,13 @@ class ReliableFetch:
             self._ready.put(None)
 
     def _take_ready(self) -> list[UnitOfWork]:
-        """Empty the hand-over queue of claimed-but-unstarted jobs."""
+        """Empty the hand-over queue of claimed-but-unstarted jobs (caller holds the lock)."""
         taken: list[UnitOfWork] = []
         while True:
             try:
                 work = self._ready.get_nowait()
             except queue.Empty:
+                self._pending -= len(taken)
                 return taken
             if work is not None:
                 taken.append(work)
@@ -182,42 +209,65 @@ class ReliableFetch:
                                work.raw, keys.pill(jid) if jid else "")
         with self._cond:
             self._release(work)
+            self._wake.notify()
         return settled
 
     def requeue(self, works: Iterable[UnitOfWork]) -> int:
         works = list(works)
         if not works:
             return 0
-        args: list[Any] = []
-        for work in works:
-            args += [keys.wip(self.identity, work.queue), keys.queue(work.queue), work.raw]
-        moved: int = self.config.pool.run(lambda c: REQUEUE.run(c, [], args), idempotent=True)
+        moved = private_lists.give_back(self.config, self.identity, works)
         with self._cond:
             for work in works:
                 self._release(work)
+            self._wake.notify()
         return moved
 
     # -- the fetcher thread --------------------------------------------------
     def _loop(self) -> None:
-        while True:
-            with self._cond:
-                while not self._stopping and not (want := self._want()) \
-                        and not self._acks_due():
-                    self._wake.wait(ACK_DELAY if self._acks else None)
-                if self._stopping:
-                    return
-                acks, self._acks = self._acks, []
+        while (due := self._next_round()) is not None:
+            want, acks = due
             try:
-                if self._needs_resync():
-                    # No claim until a resync succeeds, or strays could sit
-                    # in our private lists for ever.
-                    self.resync()
-                    self._resync_pending = False
-                claimed = self._claim(want, acks)
-                if want and not claimed:
-                    self._block()
+                self._round(want, acks)
             except BaseException as exc:  # noqa: BLE001 - keep fetching through any trouble
                 self._recover_from(exc, acks)
+
+    def _next_round(self) -> tuple[int, list[Ack]] | None:
+        """Wait until there is a claim, a landed job or acks to send; None once stopping."""
+        with self._cond:
+            while not self._stopping and self._landed is None and not self._want() \
+                    and not self._acks_due():
+                self._wake.wait(ACK_DELAY if self._acks else None)
+        # Yield the GIL until no more threads come to wait (a pass per thread
+        # at most): threads just finishing a job get to queue their ack and
+        # wait, so one round trip serves them all.
+        want = -1
+        while True:
+            time.sleep(0)
+            with self._cond:
+                if self._stopping:
+                    return None
+                more = self._want()
+                if more <= want:
+                    acks, self._acks = self._acks, []
+                    return more, acks
+            want = more
+
+    def _round(self, want: int, acks: list[Ack]) -> None:
+        if self._needs_resync():
+            # No claim until a resync succeeds, or strays could sit
+            # in our private lists for ever.
+            self.resync()
+            self._resync_pending = False
+        looked = want > 0 or self._landed is not None
+        claimed = self._claim(want, acks, self._landed)
+        if looked and self._suspect_waits and not self._held:
+            # CLAIM saw jobs in our lists that we do not know we hold: give
+            # them back before looking again, and never spin meanwhile.
+            self._resync_pending = True
+            self._pause(self.config.reliable_poll_interval)
+        elif want and not claimed and not self._suspect_waits:
+            self._landed = self._block()
 
     def _needs_resync(self) -> bool:
         seen = self.config.pool.disruptions
@@ -227,33 +277,77 @@ class ReliableFetch:
         return self._resync_pending
 
     def _want(self) -> int:
-        """Jobs to claim now (caller holds the lock): none unless a processor waits."""
-        shortfall = self._waiting - self._ready.qsize()
-        if self._quiet or shortfall <= 0:
+        """Jobs to claim now (caller holds the lock): one per waiting thread
+        with none on its way; none while a suspect runs or waits for us to
+        hold nothing, or while a processor's ack flush is under way."""
+        shortfall = self._waiting - self._pending
+        if self._quiet or shortfall <= 0 or self._flushing:
             return 0
-        return max(shortfall, self._batch)
+        if (self._suspect is not None or self._suspect_waits) and not self._idle():
+            return 0
+        return shortfall
+
+    def _idle(self) -> bool:
+        """Every job we hold has finished, its ack waiting to go (caller holds the lock)."""
+        acked = {id(work) for work, _ in self._acks}
+        return all(key in acked for key in self._held)
 
     def _acks_due(self) -> bool:
         """Caller holds the lock."""
         return bool(self._acks) and (len(self._acks) >= self._ack_batch
                                      or time.monotonic() - self._acks_since >= ACK_DELAY)
 
-    def _claim(self, want: int, acks: list[tuple[UnitOfWork, str | None]]) -> int:
-        names = self.plan.order()
-        keys_: list[str] = [keys.PAUSED, keys.WIP_OWNERS, keys.wip_queues(self.identity)]
-        for name in names:
-            keys_ += [keys.queue(name), keys.wip(self.identity, name)]
-        args: list[Any] = [self.identity, want, len(names), *names]
-        for work, jid in acks:
-            args += [keys.wip(self.identity, work.queue), work.raw, keys.pill(jid) if jid else ""]
-        reply = self.config.pool.run(lambda c: CLAIM.run(c, keys_, args))
+    def _claim(self, want: int, acks: list[Ack], landed: UnitOfWork | None = None) -> int:
+        claimed = private_lists.claim(self.config, self.identity, self.plan.order(), want,
+                                      landed=landed, acks=acks)
         with self._cond:
             for work, _ in acks:
                 self._release(work)
-            for i in range(0, len(reply), 2):
-                self._hand_over(UnitOfWork(reply[i].decode(), reply[i + 1]))
+            if landed is not None:
+                self._release(landed)  # the reply holds it again if it is ours to run
+                self._landed = None
+            for work in claimed.works:
+                self._hand_over(work)
+            self._suspect = claimed.suspect or self._suspect
+            if want > 0 or landed is not None:  # the script looked at the queues
+                self._suspect_waits = claimed.status == SUSPECT_WAITS
         self._give_back_if_quiet()
-        return len(reply) // 2
+        return len(claimed.works)
+
+    def _block(self) -> UnitOfWork | None:
+        """Wait for work on the first unpaused queue (or just wait, if all are paused).
+
+        Returns the job that landed in our private list, not yet handed over.
+        """
+        paused = self.paused.current()
+        name = next((q for q in self.plan.order() if q not in paused), None)
+        if name is None:
+            self._pause(self._block_seconds)
+            return None
+        with self._cond:
+            self._blocking = True
+        try:
+            # Acks that came in since the claim would otherwise wait out the block.
+            self._flush_acks()
+            if not self._registered:
+                self._register()
+            raw = private_lists.wait_and_move(self.config, self.identity, name,
+                                              self._block_seconds)
+        except rx.OutOfMemoryError:
+            # At maxmemory Redis refuses a blocking move (and the registration
+            # before it), while a claim, which frees first, still works: wait
+            # as the block would have, then claim again.
+            raw = None
+            self._pause(self._block_seconds)
+        finally:
+            with self._cond:
+                self._blocking = False
+        if raw is None:
+            return None
+        work = UnitOfWork(name, raw)
+        with self._cond:
+            self._held[id(work)] = work
+        return work
 
     def _register(self) -> None:
         """Own our private lists before a blocking move can fill one (which
@@ -263,37 +357,10 @@ class ReliableFetch:
              ("SADD", keys.wip_queues(self.identity), *self.plan.names)], idempotent=True)
         self._registered = True
 
-    def _block(self) -> None:
-        """Wait for work on the first unpaused queue (or just wait, if all are paused)."""
-        paused = self.paused.current()
-        name = next((q for q in self.plan.order() if q not in paused), None)
-        if name is None:
-            with self._cond:
-                self._wake.wait(self._block_seconds)
-            return
+    def _pause(self, seconds: float) -> None:
         with self._cond:
-            self._blocking = True
-        try:
-            if not self._registered:
-                self._register()
-            raw = self.config.pool.run(lambda c: c.call(
-                "BRPOPLPUSH", keys.queue(name), keys.wip(self.identity, name),
-                _block_arg(self._block_seconds),
-                timeout=self._block_seconds + self.config.redis_read_timeout))
-        except rx.OutOfMemoryError:
-            # At maxmemory Redis refuses a blocking move (and the registration
-            # before it), while a claim, which frees first, still works: wait
-            # as the block would have, then claim again.
-            raw = None
-            with self._cond:
-                self._wake.wait(self._block_seconds)
-        finally:
-            with self._cond:
-                self._blocking = False
-        if raw is not None:
-            with self._cond:
-                self._hand_over(UnitOfWork(name, raw))
-            self._give_back_if_quiet()
+            if not self._stopping:
+                self._wake.wait(seconds)
 
     def _give_back_if_quiet(self) -> None:
         """Jobs that landed after quiet (a claim or block already under way) go straight back."""
@@ -317,35 +384,38 @@ class ReliableFetch:
     def _hand_over(self, work: UnitOfWork) -> None:
         """Caller holds the lock."""
         self._held[id(work)] = work
+        self._pending += 1
         self._ready.put(work)
 
     def _release(self, work: UnitOfWork) -> None:
         """Caller holds the lock."""
         self._held.pop(id(work), None)
+        if work is self._suspect:
+            self._suspect = None
 
     def _flush_acks(self) -> None:
         with self._cond:
             acks, self._acks = self._acks, []
-        if not acks:
-            return
-        args: list[Any] = [self.identity, 0, 0]
-        for work, jid in acks:
-            args += [keys.wip(self.identity, work.queue), work.raw, keys.pill(jid) if jid else ""]
+            if not acks:
+                return
+            self._flushing += 1
+        sent = False
         try:
-            # Removing a finished job twice removes nothing more: safe to replay.
-            self.config.pool.run(lambda c: CLAIM.run(c, [keys.PAUSED, keys.WIP_OWNERS,
-                                                         keys.wip_queues(self.identity)], args),
-                                 idempotent=True)
+            private_lists.settle(self.config, self.identity, acks)
+            sent = True
         except Exception as exc:  # noqa: BLE001
             log.error("fetch.ack_failed", jobs=len(acks), error=f"{type(exc).__name__}: {exc}")
+        finally:
             with self._cond:
-                self._acks = acks + self._acks
-            return
-        with self._cond:
-            for work, _ in acks:
-                self._release(work)
+                if sent:
+                    for work, _ in acks:
+                        self._release(work)
+                else:
+                    self._acks = acks + self._acks
+                self._flushing -= 1
+                self._wake.notify()
 
-    def _recover_from(self, exc: BaseException, acks: list[tuple[UnitOfWork, str | None]]) -> None:
+    def _recover_from(self, exc: BaseException, acks: list[Ack]) -> None:
         log.error("fetch.error", error=f"{type(exc).__name__}: {exc}")
         with self._cond:
             # Acks are safe to send again; claims that may have landed are
@@ -355,26 +425,11 @@ class ReliableFetch:
 
     def resync(self) -> int:
         """Give back private-list entries this process does not know it holds."""
-        lists = [keys.wip(self.identity, name) for name in self.plan.names]
-        contents = self.config.pool.pipeline([("LRANGE", k, 0, -1) for k in lists],
-                                             idempotent=True)
         with self._cond:
-            known = collections.Counter((w.queue, w.raw) for w in self._held.values())
-        strays: list[UnitOfWork] = []
-        for name, entries in zip(self.plan.names, contents, strict=True):
-            for raw in entries:
-                if known[(name, raw)] > 0:
-                    known[(name, raw)] -= 1
-                else:
-                    strays.append(UnitOfWork(name, raw))
+            held = list(self._held.values())
+        strays = private_lists.strays(self.config, self.identity, self.plan.names, held)
         if strays:
-            args: list[Any] = []
-            for work in strays:
-                args += [keys.wip(self.identity, work.queue), keys.queue(work.queue), work.raw]
-            self.config.pool.run(lambda c: REQUEUE.run(c, [], args), idempotent=True)
+            private_lists.give_back(self.config, self.identity, strays)
             log.warning("fetch.resynced", jobs=len(strays))
         return len(strays)
 
-
-def _block_arg(seconds: float) -> int | float:
-    return int(seconds) if float(seconds).is_integer() else seconds
