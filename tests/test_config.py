@@ -457,7 +457,7 @@ def test_good_redis_urls_pass(url: str) -> None:
         ("redis://", "must name a host"),
         ("unix://", "socket path"),
         ("unix://host/tmp/r.sock", "socket path"),
-        ("redis://h/0?protocol=3", "unsupported option 'protocol'"),
+        ("redis://h/0?protocol=3", "may only ask for protocol=2"),
         ("redis://h/0?ssl_cert_reqs=none", "unsupported option 'ssl_cert_reqs'"),
         ("redis://h/0?foo=bar", "unsupported option 'foo'"),
         ("redis://h/0?db=1&db=2", "more than once"),

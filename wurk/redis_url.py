@@ -26,10 +26,11 @@ SCHEMES = ("redis", "rediss", "unix")
 MAX_DB = 2**31 - 1  # Redis keeps its database count in a C int
 MAX_PORT = 65535
 # Query options passed on to redis-py's connections. Others are refused:
-# they would fail only when a connection is built, or (protocol, retry_*,
-# health_check_interval) undo what the pool relies on.
+# they would fail only when a connection is built, or (retry_*,
+# health_check_interval) undo what the pool relies on. ``protocol`` may only
+# say 2: the pool speaks RESP2, whose reply shapes the code reads.
 _OPTIONS = frozenset({"db", "username", "password", "client_name", "socket_timeout",
-                      "socket_connect_timeout", "socket_keepalive"})
+                      "socket_connect_timeout", "socket_keepalive", "protocol"})
 _TLS_OPTIONS = frozenset({"ssl_keyfile", "ssl_certfile", "ssl_cert_reqs", "ssl_ca_certs",
                           "ssl_ca_path", "ssl_ca_data", "ssl_check_hostname", "ssl_password",
                           "ssl_ciphers", "ssl_min_version"})
@@ -89,7 +90,10 @@ def _options(parts: SplitResult, scheme: str) -> dict[str, str]:
     repeated = sorted(name for name, values in query.items() if len(values) > 1)
     if repeated:
         raise RedisUrlError(f"gives option {repeated[0]!r} more than once")
-    return {name: values[0] for name, values in query.items()}
+    options = {name: values[0] for name, values in query.items()}
+    if options.get("protocol", "2") != "2":
+        raise RedisUrlError("may only ask for protocol=2 (wurk speaks RESP2)")
+    return options
 
 
 def _db(parts: SplitResult, options: dict[str, str], scheme: str) -> int:

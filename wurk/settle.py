@@ -65,7 +65,8 @@ def write(config: Config, settlement: Settlement, private_list: str = "", claime
     # Idempotent: the claimed copy is removed before anything is written, so a
     # replay of a settle that landed finds no copy and writes nothing; without
     # a private list a replay re-adds the same member at the same score.
-    settled = config.pool.run(lambda c: SETTLE.run(c, [target, keys.SUSPECTS], args), idempotent=True)
+    settled = config.pool.run(lambda c: SETTLE.run(c, [target, keys.SUSPECTS], args),
+                              idempotent=True)
     return bool(settled)
 
 
