@@ -52,6 +52,7 @@ from supervisor.reaped import Reaped
 from supervisor.remote import RemoteControl, SwarmSnapshot
 from supervisor.systemd import Notifier
 from wurk import logging as wlog
+from wurk import pids
 from wurk.cli import load_modules
 from wurk.threads import describe
 
@@ -413,7 +414,7 @@ class Swarm:
                 try:
                     pid, status = os.waitpid(target, os.WNOHANG)
                 except ChildProcessError:
-                    if target != -1 and not _exists(target):
+                    if target != -1 and not pids.alive(target):
                         # Someone else reaped it (a host that waits on every
                         # child); its status is lost, so report it as unknown.
                         found.append((target, UNKNOWN_STATUS))
@@ -651,12 +652,3 @@ def _describe_exit(code: int) -> str:
 # What a child reaped by someone else is reported as: "exited 255".
 UNKNOWN_STATUS = 255 << 8
 
-
-def _exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -17,12 +17,11 @@ Duties:
 from __future__ import annotations
 
 import argparse
-import os
 import time
 from pathlib import Path
 from typing import Any
 
-from wurk import spool
+from wurk import pids, spool
 from wurk.admin.output import table, when
 from wurk.admin.registry import AdminCommand, CommandError, Context, UsageError
 from wurk.spool_drain import drain_once
@@ -62,15 +61,7 @@ def describe(name: spool.SpoolName, now: float) -> Payload:
 
 
 def _alive(pid: int | None) -> bool | None:
-    if pid is None:
-        return None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return None if pid is None else pids.alive(pid)
 
 
 # -- list ------------------------------------------------------------------------
