@@ -17,8 +17,10 @@ from typing import Any
 
 import pytest
 import redis
+import structlog
 
 import wurk
+from wurk import logging as wlog
 from wurk.config import Config
 from wurk.job import JobFunction
 from wurk.launcher import Launcher
@@ -168,6 +170,19 @@ def _own_spool(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPat
     """Each test (and every process it starts) spools into its own directory,
     never into the user's ~/.local/state."""
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
+
+
+@pytest.fixture(autouse=True)
+def _logging_restored() -> Iterator[None]:
+    """A test that runs an entry point in process (``wurk.cli.main``) configures
+    logging for the whole process; later tests must not inherit its level."""
+    saved = structlog.get_config()
+    state = (wlog._threshold, wlog._entry_point, dict(wlog._process_fields))
+    yield
+    structlog.configure(**saved)
+    wlog._threshold, wlog._entry_point = state[0], state[1]
+    wlog._process_fields.clear()
+    wlog._process_fields.update(state[2])
 
 
 def fill_to_maxmemory(client: redis.Redis) -> None:
