@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import redis
 import structlog
+from faultproxy import FaultProxy
 
 import wurk
 from wurk import logging as wlog
@@ -205,3 +206,12 @@ def own_redis() -> Iterator[RedisServer]:
     yield server
     server.stop()
     shutil.rmtree(server.workdir, ignore_errors=True)
+
+
+@pytest.fixture
+def proxy(redis_server: RedisServer, r: redis.Redis) -> Iterator[FaultProxy]:
+    """A fault-injecting proxy in front of the (flushed) test server (tests/faultproxy.py)."""
+    reap_probe_clients()  # collected now, not mid-test
+    fault_proxy = FaultProxy(redis_server.port)
+    yield fault_proxy
+    fault_proxy.close()

@@ -4,27 +4,16 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
-from collections.abc import Iterator
 
 import pytest
 import redis
 
-from tests.conftest import RedisServer, free_port, start_redis
+from tests.conftest import RedisServer, start_redis
 from tests.faultproxy import FaultProxy
 from wurk.buffered import PushBufferFullError
 from wurk.client import Client
 from wurk.config import Config
-
-
-@pytest.fixture
-def own_redis() -> Iterator[RedisServer]:
-    """A redis-server this test may stop and start again on the same port."""
-    server = start_redis(port=free_port())
-    yield server
-    server.stop()
-    shutil.rmtree(server.workdir, ignore_errors=True)
 
 
 def make_client(url: str, **settings: object) -> Client:

@@ -5,10 +5,8 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
-import redis
 import redis.exceptions as rx
 from conftest import RedisServer, free_port, reap_probe_clients, start_redis
 from faultproxy import FaultProxy
@@ -40,13 +38,6 @@ def test_pause_doubles_from_half_a_second_to_ten() -> None:
     assert [pause(n) for n in range(1, 8)] == [0.5, 1.0, 2.0, 4.0, 8.0, 10.0, 10.0]
     assert pause(10_000) == 10.0
 
-
-@pytest.fixture
-def proxy(redis_server: RedisServer, r: redis.Redis) -> Iterator[FaultProxy]:
-    reap_probe_clients()
-    fault_proxy = FaultProxy(redis_server.port)
-    yield fault_proxy
-    fault_proxy.close()
 
 
 def test_wait_logs_each_attempt_and_returns_once_redis_answers(proxy: FaultProxy) -> None:

@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 
 import pytest
 import redis
-from conftest import RedisServer, fill_to_maxmemory, reap_probe_clients
+from conftest import RedisServer, fill_to_maxmemory
 from faultproxy import FaultProxy
 from structlog.testing import capture_logs
 from waiting import wait_for
@@ -772,14 +772,6 @@ def test_resync_returns_strays_and_keeps_what_is_really_held(
     wait_for(lambda: not rb.exists(mine))
     assert rb.llen("queue:default") == 0
 
-
-@pytest.fixture
-def proxy(redis_server: RedisServer, r: redis.Redis) -> Iterator[FaultProxy]:
-    """A fault-injecting proxy in front of the test server (see tests/faultproxy.py)."""
-    reap_probe_clients()  # collected now, not mid-test
-    fault_proxy = FaultProxy(redis_server.port)
-    yield fault_proxy
-    fault_proxy.close()
 
 
 def quiet_background(config: Config, proxy: FaultProxy) -> None:

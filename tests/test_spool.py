@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -91,13 +90,6 @@ def make_entries(count: int, *, queue: str = QUEUE, per_push: int = 1) -> list[s
 def write_file(config: Config, entries: list[spool.SpoolEntry]) -> Path:
     return spool.write_spool(spool.spool_dir(config), spool.target_of(config), entries)
 
-
-@pytest.fixture
-def own_redis() -> Iterator[RedisServer]:
-    server = start_redis(port=free_port())
-    yield server
-    server.stop()
-    shutil.rmtree(server.workdir, ignore_errors=True)
 
 
 @pytest.fixture

@@ -8,14 +8,13 @@ import json
 import socket
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 import redis
 from structlog.testing import capture_logs
+from test_health import get
 from waiting import wait_for
 
 from supervisor import child_boot
@@ -30,15 +29,6 @@ from wurk.threads import ThreadSupervisor
 Define = Callable[..., JobFunction[..., Any]]
 Launch = Callable[..., Launcher]
 
-
-def get(port: int, path: str) -> tuple[int, Any]:
-    url = f"http://127.0.0.1:{port}{path}"
-    try:
-        with urllib.request.urlopen(url, timeout=5) as reply:
-            status, body = reply.status, reply.read()
-    except urllib.error.HTTPError as exc:
-        status, body = exc.code, exc.read()
-    return status, json.loads(body)
 
 
 def once(exc: BaseException, then: Callable[..., Any]) -> Callable[..., Any]:
