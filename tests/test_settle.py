@@ -26,7 +26,6 @@ from test_reliable_fetch import (
     launch_gated,
     payload,
     private_lists,
-    proxy,
     quiet_background,
     rb,
     reliable,
@@ -43,7 +42,7 @@ from wurk.reaper import sweep
 from wurk.retry import decode_backtrace
 from wurk.settle import Settlement, write
 
-__all__ = ["proxy", "rb"]  # fixtures shared with test_reliable_fetch
+__all__ = ["rb"]  # a fixture shared with test_reliable_fetch
 
 Define = Callable[..., JobFunction[..., Any]]
 Launch = Callable[..., Launcher]

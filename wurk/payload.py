@@ -97,10 +97,16 @@ def _not_json(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+# Built once: json.loads with hooks builds a new decoder for every call.
+_DECODER = json.JSONDecoder(parse_float=_finite_float, parse_constant=_not_json)
+
+
 def loads_job(raw: str | bytes) -> dict[str, Any]:
     """Parse a queue entry. Raises PayloadError for anything that is not a job."""
     try:
-        job = json.loads(raw, parse_float=_finite_float, parse_constant=_not_json)
+        text = raw if isinstance(raw, str) else raw.decode(json.detect_encoding(raw),
+                                                           "surrogatepass")
+        job = _DECODER.decode(text)
     except (ValueError, UnicodeDecodeError) as exc:
         raise PayloadError(f"not JSON: {exc}") from None
     except RecursionError:
