@@ -8,6 +8,7 @@ tested in process.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -18,6 +19,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -126,38 +128,62 @@ def _watchdog_pings(sock: socket.socket, seconds: float) -> int:
     return test_swarm._watchdog_pings(sock, seconds)
 
 
+class OwnRedis:
+    """A swarm's Redis of its own, which a test stops and starts again on its port."""
+
+    def __init__(self) -> None:
+        self.server = start_redis()
+        self.clients: list[redis.Redis] = []
+
+    def client(self) -> redis.Redis:
+        self.clients.append(self.server.client())
+        return self.clients[-1]
+
+    def restart(self, swarm: SwarmProcess) -> None:
+        self.server = start_redis(port=self.server.port)
+        swarm.r = self.client()
+
+    def close(self) -> None:
+        for client in self.clients:
+            client.close()
+        self.server.stop()
+
+
+@contextlib.contextmanager
+def swarm_with_own_redis(launch: Launch, notify_path: str, count: int,
+                         **settings: Any) -> Iterator[tuple[SwarmProcess, OwnRedis]]:
+    """One slot of ``count`` children on an own Redis, with systemd's watchdog on."""
+    own = OwnRedis()
+    try:
+        swarm = launch(slot("alpha", count=count, concurrency=1, queues=["qa"]),
+                       layout={"alpha": count}, redis_url=own.server.url,
+                       redis_retry_attempts=2, redis_retry_base=0.1, redis_retry_cap=0.2,
+                       env={"NOTIFY_SOCKET": notify_path, "WATCHDOG_USEC": "1000000"},
+                       **settings)
+        swarm.r = own.client()
+        yield swarm, own
+    finally:
+        own.close()
+
+
 def test_a_redis_outage_longer_than_child_timeout_hangs_nobody(
         launch: Launch, notify_socket: tuple[socket.socket, str]) -> None:
     sock, path = notify_socket
-    own = start_redis()
-    clients: list[redis.Redis] = []
-    try:
-        swarm = launch(slot("alpha", count=2, concurrency=1, queues=["qa"]),
-                       layout={"alpha": 2}, redis_url=own.url, child_timeout=3,
-                       redis_retry_attempts=2, redis_retry_base=0.1, redis_retry_cap=0.2,
-                       env={"NOTIFY_SOCKET": path, "WATCHDOG_USEC": "1000000"})
-        swarm.r = own.client()
-        clients.append(swarm.r)
+    with swarm_with_own_redis(launch, path, 2, child_timeout=3) as (swarm, own):
         pids = {info["pid"] for info in swarm.wait_ready().values()}
         assert _watchdog_pings(sock, 2) >= 1
-        own.stop()
+        own.server.stop()
         swarm.wait_events("heartbeat.error", count=4)
         # Longer than child_timeout without a single beat reaching Redis; the
         # children still pulse, and the watchdog still hears from the parent.
         assert _watchdog_pings(sock, 5) >= 2
-        own = start_redis(port=own.port)
-        swarm.r = own.client()
-        clients.append(swarm.r)
+        own.restart(swarm)
         after = swarm.wait_ready(timeout=20)
         assert {info["pid"] for info in after.values()} == pids
         assert not swarm.events("child.hung")
         assert not swarm.events("child.exited")
         swarm.send(signal.SIGTERM)
         assert swarm.wait_exit(20) == 0
-    finally:
-        for client in clients:
-            client.close()
-        own.stop()
 
 
 def test_a_child_replaced_during_an_outage_waits_and_the_watchdog_is_still_fed(
@@ -165,33 +191,19 @@ def test_a_child_replaced_during_an_outage_waits_and_the_watchdog_is_still_fed(
     """A replacement that waits out a Redis outage pulses the parent, so its
     slot is not short: systemd must not restart the swarm for an outage."""
     sock, path = notify_socket
-    own = start_redis()
-    clients: list[redis.Redis] = []
-    try:
-        swarm = launch(slot("alpha", count=1, concurrency=1, queues=["qa"]),
-                       layout={"alpha": 1}, redis_url=own.url, heartbeat_interval=0.5,
-                       redis_retry_attempts=2, redis_retry_base=0.1, redis_retry_cap=0.2,
-                       env={"NOTIFY_SOCKET": path, "WATCHDOG_USEC": "1000000"})
-        swarm.r = own.client()
-        clients.append(swarm.r)
+    with swarm_with_own_redis(launch, path, 1, heartbeat_interval=0.5) as (swarm, own):
         [info] = swarm.wait_ready().values()
         assert _watchdog_pings(sock, 2) >= 1
-        own.stop()
+        own.server.stop()
         os.kill(info["pid"], signal.SIGKILL)
         swarm.wait_events("redis.unreachable", count=3)
         # Well past three heartbeat intervals with the slot's only child booting.
         assert _watchdog_pings(sock, 4) >= 2
-        own = start_redis(port=own.port)
-        swarm.r = own.client()
-        clients.append(swarm.r)
+        own.restart(swarm)
         [after] = swarm.wait_ready(timeout=20).values()
         assert after["pid"] != info["pid"]
         swarm.send(signal.SIGTERM)
         assert swarm.wait_exit(20) == 0
-    finally:
-        for client in clients:
-            client.close()
-        own.stop()
 
 
 # -- in process ------------------------------------------------------------------------
