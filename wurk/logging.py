@@ -72,6 +72,8 @@ _entry_point = False
 # child's slot and index), set again after each fork.
 _process_fields: dict[str, Any] = {}
 _thread_tags = threading.local()
+# Read once: getLevelNamesMapping() copies its dict, and enabled() runs per job.
+_LEVELS = logging.getLevelNamesMapping()
 _BASE36 = "0123456789abcdefghijklmnopqrstuvwxyz"
 
 logging.getLogger("wurk").addHandler(logging.NullHandler())
@@ -79,7 +81,7 @@ logging.getLogger("wurk").addHandler(logging.NullHandler())
 
 def enabled(level: str) -> bool:
     """Whether events at ``level`` would be written: a cheap check for hot paths."""
-    number = logging.getLevelNamesMapping()[level.upper()]
+    number = _LEVELS[level.upper()]
     if _entry_point or structlog.is_configured():
         return number >= _threshold
     return logging.getLogger("wurk").isEnabledFor(number)
@@ -118,7 +120,7 @@ def _add_process_fields(_logger: Any, _method: str,
 def setup(level: str = "info", fmt: str = "auto") -> None:
     """Configure this process's output (entry points only). Safe to call again after fork."""
     global _threshold, _entry_point  # noqa: PLW0603 - one logging level per process
-    _threshold = logging.getLevelNamesMapping()[level.upper()]
+    _threshold = _LEVELS[level.upper()]
     _entry_point = True
     _process_fields.clear()
     _process_fields["pid"] = os.getpid()
