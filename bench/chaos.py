@@ -56,8 +56,8 @@ from faultproxy import FaultProxy  # noqa: E402
 
 import wurk  # noqa: E402
 from bench.chaos_jobs import DONE, JOB  # noqa: E402
-from wurk.config import Config  # noqa: E402
-from wurk.payload import new_jid  # noqa: E402
+from wurk.settings.config import Config  # noqa: E402
+from wurk.wire.payload import new_jid  # noqa: E402
 
 SAMPLE = 0.02          # how often the monitor reads len(done)
 CHILD_MIN_AGE = 1.5    # kill only children this old (a booting child is another story)

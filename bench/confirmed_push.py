@@ -28,7 +28,7 @@ if str(ROOT) not in sys.path:
 
 import wurk  # noqa: E402
 from bench.noop_throughput import redis_server  # noqa: E402
-from wurk import keys  # noqa: E402
+from wurk.wire import keys  # noqa: E402
 
 # Without this a fresh replica waits five seconds before its first sync.
 FAST_SYNC = ("--repl-diskless-sync-delay", "0")

@@ -18,7 +18,7 @@ from typing import Any
 
 from examples import jobs
 from supervisor.hosting import HostedSwarm
-from wurk.embedded import Embedded
+from wurk.runtime.embedded import Embedded
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]

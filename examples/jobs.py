@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 import wurk
-from wurk.logging import get_logger
+from wurk.core.logging import get_logger
 
 log = get_logger("examples.jobs")
 

@@ -10,14 +10,14 @@ Duties, in order:
 3. Import the slot's own ``require`` modules; a failure here is the
    application's and exits with :data:`EX_BOOT` and a clear log line (the
    parent counts those toward ``boot_failure_limit``).
-4. Wait for Redis to answer (``wurk.redis_wait``): an unreachable Redis is
+4. Wait for Redis to answer (``wurk.redis.wait``): an unreachable Redis is
    an outage, not a boot error, so the child waits with backoff, logging
    each attempt, and a TERM meanwhile ends it with :data:`EX_OK`. Only a
    refusal that waiting cannot fix (a wrong password) exits with EX_BOOT.
 5. Start the launcher, tell the parent we are ready (our identity on the
    ready pipe), then keep that pipe open for the heartbeat's liveness
    pulses (``supervisor.liveness``); keep the process title current, and
-   watch for orphaning, on two supervised threads (``wurk.threads``) that
+   watch for orphaning, on two supervised threads (``wurk.core.threads``) that
    outlive any error.
 6. On TERM (or orphaning) drain within shutdown_timeout and leave with
    ``os._exit`` so nothing inherited from the parent runs at exit.
@@ -40,14 +40,15 @@ from typing import TYPE_CHECKING, NoReturn
 import setproctitle
 
 from supervisor.liveness import pulser
-from wurk import logging as wlog
-from wurk import metrics, threads
-from wurk.buffered import flush_push_buffers
 from wurk.cli import load_modules
-from wurk.client import Client
-from wurk.config import configure
-from wurk.launcher import Launcher, dump_threads, stop_before_exit
-from wurk.redis_wait import wait_or_signal
+from wurk.core import logging as wlog
+from wurk.core import threads
+from wurk.observe import metrics
+from wurk.push.buffered import flush_push_buffers
+from wurk.push.client import Client
+from wurk.redis.wait import wait_or_signal
+from wurk.runtime.launcher import Launcher, dump_threads, stop_before_exit
+from wurk.settings.config import configure
 
 if TYPE_CHECKING:
     from supervisor.topology import Slot

@@ -25,8 +25,8 @@ from collections.abc import Sequence
 from supervisor.probe import probe
 from supervisor.swarm import Swarm
 from supervisor.topology import Topology, TopologyError, load
-from wurk import logging as wlog
-from wurk.redaction import redact_text
+from wurk.core import logging as wlog
+from wurk.core.redaction import redact_text
 from wurk.version import __version__
 
 EX_CONFIG = 78

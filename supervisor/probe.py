@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from supervisor.topology import Slot, Topology
-from wurk import keys
+from wurk.wire import keys
 
 # A beat older than this many heartbeat intervals counts as stale.
 STALE_BEATS = 3

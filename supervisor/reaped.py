@@ -23,9 +23,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from wurk import keys
-from wurk import logging as wlog
-from wurk.reaper import recover
+from wurk.core import logging as wlog
+from wurk.runtime.reaper import recover
+from wurk.wire import keys
 
 if TYPE_CHECKING:
     from supervisor.topology import Slot

@@ -12,7 +12,7 @@ Duties:
    ``beat`` (epoch seconds), ``state`` (running, quiet or draining) and
    ``children`` (a JSON list of the children's identities).
 2. ``refresh``, called on every supervise tick, acts at most once per
-   ``heartbeat_interval``: one script (``wurk.lua.BEAT``, as a worker's
+   ``heartbeat_interval``: one script (``wurk.wire.lua.BEAT``, as a worker's
    heartbeat) RPOPs one signal, registers and rewrites the hash with a 60 s
    TTL, so it still lands when Redis is at maxmemory; the signal goes to
    the swarm as a command (see :data:`SIGNAL_COMMANDS`).
@@ -35,12 +35,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from wurk import keys
-from wurk import logging as wlog
-from wurk.lua import BEAT
+from wurk.core import logging as wlog
+from wurk.wire import keys
+from wurk.wire.lua import BEAT
 
 if TYPE_CHECKING:
-    from wurk.config import Config
+    from wurk.settings.config import Config
 
 log = wlog.get_logger("wurk.swarm")
 

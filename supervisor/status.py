@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import psutil
 
 from supervisor import liveness
-from wurk import logging as wlog
+from wurk.core import logging as wlog
 
 if TYPE_CHECKING:
     from supervisor.swarm import Child

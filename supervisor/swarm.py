@@ -51,10 +51,10 @@ from supervisor.child_boot import EX_BOOT, MANAGED_SIGNALS, run_child
 from supervisor.reaped import Reaped
 from supervisor.remote import RemoteControl, SwarmSnapshot
 from supervisor.systemd import Notifier
-from wurk import logging as wlog
-from wurk import pids
 from wurk.cli import load_modules
-from wurk.threads import describe
+from wurk.core import logging as wlog
+from wurk.core import pids
+from wurk.core.threads import describe
 
 if TYPE_CHECKING:
     from supervisor.topology import Slot, Topology

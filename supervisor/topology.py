@@ -9,7 +9,7 @@ Duties:
    the parent reads has a documented range (:data:`RANGES`), and the
    settings the parent relies on in each slot's config (concurrency,
    shutdown_timeout) are bounded here too.
-3. Build one :class:`wurk.config.Config` per slot, with the slot's queues,
+3. Build one :class:`wurk.settings.config.Config` per slot, with the slot's queues,
    concurrency and overrides applied, and resolve each slot's parent-only
    settings (its own, else the ``[wurk]`` one, else the default).
 """
@@ -23,10 +23,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from wurk.config import Config, ConfigError, environment_layer
-from wurk.health import parse_listen
-from wurk.limits import MAX_CONCURRENCY, MAX_TIMEOUT, Range
-from wurk.queues import QueueSpecError, parse_queue
+from wurk.runtime.health import parse_listen
+from wurk.settings.config import Config, ConfigError, environment_layer
+from wurk.settings.limits import MAX_CONCURRENCY, MAX_TIMEOUT, Range
+from wurk.settings.queues import QueueSpecError, parse_queue
 
 # The most children one slot may have (its count, and TTIN's ceiling).
 MAX_CHILDREN = 1000

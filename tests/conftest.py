@@ -21,10 +21,10 @@ import structlog
 from faultproxy import FaultProxy
 
 import wurk
-from wurk import logging as wlog
-from wurk.config import Config
-from wurk.job import JobFunction
-from wurk.launcher import Launcher
+from wurk.core import logging as wlog
+from wurk.push.job import JobFunction
+from wurk.runtime.launcher import Launcher
+from wurk.settings.config import Config
 
 
 def free_port() -> int:

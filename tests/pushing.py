@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import wurk
-from wurk.payload import new_jid
+from wurk.wire.payload import new_jid
 
 
 def jid_only(jid: str) -> list[Any]:

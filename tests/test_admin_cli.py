@@ -33,13 +33,14 @@ from waiting import wait_for
 
 import wurk
 from supervisor.remote import RemoteControl, SwarmSnapshot
-from wurk import admin, spool
-from wurk import logging as wlog
+from wurk import admin
 from wurk.admin.output import duration, table, when
 from wurk.admin.registry import AdminCommand, Context, Registry
 from wurk.cli import main
-from wurk.config import Config
-from wurk.payload import new_jid
+from wurk.core import logging as wlog
+from wurk.push import spool
+from wurk.settings.config import Config
+from wurk.wire.payload import new_jid
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -10,9 +10,9 @@ import redis
 from test_admin_cli import Cli, cli  # noqa: F401 - the fixture
 from waiting import wait_for
 
-from wurk.config import Config
-from wurk.job import JobFunction
-from wurk.launcher import Launcher
+from wurk.push.job import JobFunction
+from wurk.runtime.launcher import Launcher
+from wurk.settings.config import Config
 
 
 def explode(order: str, cents: int) -> None:

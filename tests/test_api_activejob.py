@@ -22,9 +22,9 @@ import redis
 from test_interop_support import run_ruby
 
 from wurk.api import Queue
-from wurk.api.activejob import deserialize
 from wurk.api.records import JobRecord
-from wurk.config import Config
+from wurk.settings.config import Config
+from wurk.wire.activejob import deserialize
 
 ADAPTER = "ActiveJob::QueueAdapters::SidekiqAdapter::JobWrapper"
 SIDEKIQ_WRAPPER = "Sidekiq::ActiveJob::Wrapper"

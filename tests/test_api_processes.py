@@ -13,7 +13,7 @@ from test_api_support import RUBY_IDENTITY, RUBY_INFO, launched, ruby_heartbeat
 from waiting import wait_for
 
 from wurk.api import Process, ProcessControlError, ProcessSet, UnknownProcessError
-from wurk.config import Config
+from wurk.settings.config import Config
 from wurk.version import __version__
 
 GHOST = "ghost:1:deadbeef0000"

@@ -13,8 +13,8 @@ from waiting import wait_for
 
 import wurk
 from wurk.api import JobNotFoundError, JobRecord, Queue, UnknownQueueError
-from wurk.config import Config
-from wurk.retry import encode_backtrace
+from wurk.runtime.retry import encode_backtrace
+from wurk.settings.config import Config
 
 WRAPPER = "ActiveJob::QueueAdapters::SidekiqAdapter::JobWrapper"
 

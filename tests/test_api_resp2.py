@@ -18,7 +18,7 @@ from test_api_support import RUBY_IDENTITY, RUBY_INFO, RUBY_JOB, ruby_heartbeat
 
 import wurk
 from wurk.api import ProcessSet, RetrySet, ScheduledSet, Stats, Workers
-from wurk.config import Config
+from wurk.settings.config import Config
 
 
 @pytest.fixture

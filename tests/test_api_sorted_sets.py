@@ -22,9 +22,9 @@ from wurk.api import (
     SortedEntry,
     SortedSet,
 )
-from wurk.config import Config
-from wurk.payload import PayloadError
-from wurk.retry import kill_commands as real_kill_commands
+from wurk.runtime.retry import kill_commands as real_kill_commands
+from wurk.settings.config import Config
+from wurk.wire.payload import PayloadError
 
 
 def failed_job(jid: str, retry_count: int = 2, **extra: Any) -> str:

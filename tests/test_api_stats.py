@@ -19,7 +19,7 @@ from waiting import wait_for
 
 import wurk
 from wurk.api import History, Stats
-from wurk.config import Config
+from wurk.settings.config import Config
 
 
 def test_fast_and_slow_counters(config: Config, r: redis.Redis) -> None:

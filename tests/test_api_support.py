@@ -17,9 +17,9 @@ from typing import Any
 import redis
 
 import wurk
-from wurk.config import Config
-from wurk.job import JobFunction, registry
-from wurk.launcher import Launcher
+from wurk.push.job import JobFunction, registry
+from wurk.runtime.launcher import Launcher
+from wurk.settings.config import Config
 
 # Observed 6.4 values (spec §1 and §9.2).
 RUBY_JOB = ('{"retry":true,"queue":"default","class":"WurkEcho","args":[1,"two",{"three":3}],'

@@ -19,7 +19,7 @@ from test_api_support import (
 from waiting import wait_for
 
 from wurk.api import Work, WorkEntry, Workers
-from wurk.config import Config
+from wurk.settings.config import Config
 
 MODERN = "web-1:4242:0123456789ab"
 

@@ -11,9 +11,9 @@ import redis
 
 from tests.conftest import RedisServer, start_redis
 from tests.faultproxy import FaultProxy
-from wurk.buffered import PushBufferFullError
-from wurk.client import Client
-from wurk.config import Config
+from wurk.push.buffered import PushBufferFullError
+from wurk.push.client import Client
+from wurk.settings.config import Config
 
 
 def make_client(url: str, **settings: object) -> Client:

@@ -42,13 +42,13 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 import wurk
-from wurk import keys
-from wurk.config import Config
-from wurk.lua import CLAIM
-from wurk.payload import new_jid
-from wurk.queues import parse_queues
-from wurk.redis_pool import ConnectError
-from wurk.reliable_fetch import ReliableFetch
+from wurk.redis.pool import ConnectError
+from wurk.runtime.reliable_fetch import ReliableFetch
+from wurk.settings.config import Config
+from wurk.settings.queues import parse_queues
+from wurk.wire import keys
+from wurk.wire.lua import CLAIM
+from wurk.wire.payload import new_jid
 
 REPO = Path(__file__).resolve().parent.parent
 JOB = "chaos_record"

@@ -20,9 +20,9 @@ from conftest import RedisServer, fill_to_maxmemory, free_port
 from faultproxy import FaultProxy
 from waiting import wait_for
 
-from wurk.config import Config
-from wurk.payload import new_jid
-from wurk.reaper import recover
+from wurk.runtime.reaper import recover
+from wurk.settings.config import Config
+from wurk.wire.payload import new_jid
 
 REPO = Path(__file__).resolve().parent.parent
 EX_CONFIG = 78

@@ -12,10 +12,10 @@ import pytest
 import redis
 
 import wurk
-from wurk import keys
-from wurk.client import BULK_BATCH, Client
-from wurk.config import Config
-from wurk.job import Registry
+from wurk.push.client import BULK_BATCH, Client
+from wurk.push.job import Registry
+from wurk.settings.config import Config
+from wurk.wire import keys
 
 JID = re.compile(r"^[0-9a-f]{24}$")
 FLOAT_STAMP = r"\d+\.\d+"

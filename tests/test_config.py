@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 import wurk
-from wurk.config import _TYPES, DEFAULT_REDIS_URL, Config, ConfigError
-from wurk.limits import RANGES
+from wurk.settings.config import _TYPES, DEFAULT_REDIS_URL, Config, ConfigError
+from wurk.settings.limits import RANGES
 
 
 @pytest.fixture(autouse=True)

@@ -21,13 +21,14 @@ from conftest import RedisServer, start_redis
 from faultproxy import FaultProxy
 from waiting import wait_for
 
-from wurk import buffered, keys
 from wurk.api import ScheduledSet
-from wurk.buffered import PendingPush
-from wurk.client import Client
-from wurk.config import Config, ConfigError
-from wurk.confirmed import ConfirmedPush, PushNotConfirmedError
-from wurk.redis_pool import ConnectError
+from wurk.push import buffered
+from wurk.push.buffered import PendingPush
+from wurk.push.client import Client
+from wurk.push.confirmed import ConfirmedPush, PushNotConfirmedError
+from wurk.redis.pool import ConnectError
+from wurk.settings.config import Config, ConfigError
+from wurk.wire import keys
 
 # Without this a fresh replica waits five seconds before its first sync.
 FAST_SYNC = ("--repl-diskless-sync-delay", "0")

@@ -17,7 +17,7 @@ from supervisor.child_boot import EX_BOOT
 from supervisor.swarm import EX_KILLED
 from wurk import admin
 from wurk import cli as wurk_cli
-from wurk.config import Config, settable_fields
+from wurk.settings.config import Config, settable_fields
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")

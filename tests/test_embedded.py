@@ -9,8 +9,8 @@ import time
 import redis
 
 import wurk
-from wurk.config import Config
-from wurk.embedded import Embedded
+from wurk.runtime.embedded import Embedded
+from wurk.settings.config import Config
 
 
 def test_embedded_runs_jobs_in_this_process_and_drains_on_stop(

@@ -19,9 +19,9 @@ from conftest import RedisServer, free_port, start_redis
 from waiting import wait_for
 
 from supervisor.topology import TopologyError, load
-from wurk.config import Config, ConfigError
-from wurk.health import HealthChecks, HealthServer, listen_address, parse_listen
-from wurk.launcher import Launcher
+from wurk.runtime.health import HealthChecks, HealthServer, listen_address, parse_listen
+from wurk.runtime.launcher import Launcher
+from wurk.settings.config import Config, ConfigError
 
 
 def get(port: int, path: str) -> tuple[int, Any]:

@@ -20,12 +20,12 @@ from structlog.testing import capture_logs
 from waiting import wait_for
 
 import wurk
-from wurk.config import Config
-from wurk.heartbeat import Heartbeat, make_identity
-from wurk.job import JobFunction, registry
-from wurk.launcher import Launcher
-from wurk.manager import Counters, InFlightTable
-from wurk.queues import parse_queues
+from wurk.push.job import JobFunction, registry
+from wurk.runtime.heartbeat import Heartbeat, make_identity
+from wurk.runtime.launcher import Launcher
+from wurk.runtime.manager import Counters, InFlightTable
+from wurk.settings.config import Config
+from wurk.settings.queues import parse_queues
 from wurk.version import __version__
 
 Launch = Callable[..., Launcher]

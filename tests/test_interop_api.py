@@ -40,8 +40,8 @@ from waiting import wait_for
 
 import wurk
 from wurk.api import ProcessSet, Queue, ScheduledSet, Stats, Workers
-from wurk.config import Config
-from wurk.launcher import Launcher
+from wurk.runtime.launcher import Launcher
+from wurk.settings.config import Config
 
 TODAY = datetime.now(UTC).strftime("%Y-%m-%d")
 

@@ -20,9 +20,9 @@ import redis
 from conftest import RedisServer
 from test_interop_support import run_ruby
 
-from wurk.client import Client
-from wurk.config import Config
-from wurk.payload import dumps
+from wurk.push.client import Client
+from wurk.settings.config import Config
+from wurk.wire.payload import dumps
 
 AWKWARD = [1e300, -1e300, 1e15, 1e16, 1000000000000000.5, 6057321560302136.0, 5e-324,
            2.2250738585072014e-308, 1e-5, -0.0, 0.0, 2.0, 1.5e16]

@@ -33,8 +33,8 @@ from waiting import wait_for
 
 import wurk
 from wurk.api import DeadSet, RetrySet
-from wurk.config import Config
-from wurk.launcher import Launcher
+from wurk.runtime.launcher import Launcher
+from wurk.settings.config import Config
 
 
 @pytest.fixture(scope="module")

@@ -35,10 +35,10 @@ from conftest import RedisServer, start_redis
 from waiting import wait_for
 
 import wurk
-from wurk.config import Config
-from wurk.job import registry
-from wurk.launcher import Launcher
-from wurk.payload import dumps
+from wurk.push.job import registry
+from wurk.runtime.launcher import Launcher
+from wurk.settings.config import Config
+from wurk.wire.payload import dumps
 
 INTEROP = Path(__file__).resolve().parent / "interop"
 APT_INSTALL = "apt-get install -y ruby ruby-sidekiq ruby-rack ruby-webrick"

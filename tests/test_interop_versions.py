@@ -45,9 +45,9 @@ from waiting import wait_for
 
 import wurk
 from wurk.api import DeadSet, ProcessSet, Queue, RetrySet, Workers
-from wurk.config import Config
-from wurk.launcher import Launcher
-from wurk.payload import new_jid
+from wurk.runtime.launcher import Launcher
+from wurk.settings.config import Config
+from wurk.wire.payload import new_jid
 
 FLOAT_STAMP = r"\d{10}\.\d+"   # epoch seconds with a fraction
 MS_STAMP = r"\d{13}"           # epoch milliseconds, an integer

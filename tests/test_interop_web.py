@@ -46,8 +46,8 @@ from test_interop_support import (
 from waiting import wait_for
 
 import wurk
-from wurk.config import Config
-from wurk.launcher import Launcher
+from wurk.runtime.launcher import Launcher
+from wurk.settings.config import Config
 
 ERROR_TEXT = ("Internal Server Error", "NoMethodError", "undefined method", "TypeError",
               "ArgumentError", "ParserError", "Zlib::", "FloatDomainError", "invalid date")

@@ -32,8 +32,8 @@ from waiting import wait_for
 
 import wurk
 from wurk.api import DeadSet, RetrySet, SortedEntry
-from wurk.config import Config
-from wurk.job import registry
+from wurk.push.job import registry
+from wurk.settings.config import Config
 
 
 @pytest.fixture(scope="module")

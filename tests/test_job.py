@@ -10,8 +10,7 @@ import pytest
 import redis
 
 import wurk
-from wurk import keys
-from wurk.job import (
+from wurk.push.job import (
     DuplicateJobError,
     JobOptions,
     Registered,
@@ -19,6 +18,7 @@ from wurk.job import (
     UnknownJobError,
     make_options,
 )
+from wurk.wire import keys
 
 
 @pytest.fixture

@@ -20,10 +20,10 @@ from conftest import free_port
 import wurk
 from supervisor.child_boot import reset_after_fork
 from supervisor.topology import Slot
-from wurk import metrics
-from wurk.config import Config, ConfigError
-from wurk.job import registry
-from wurk.launcher import Launcher
+from wurk.observe import metrics
+from wurk.push.job import registry
+from wurk.runtime.launcher import Launcher
+from wurk.settings.config import Config, ConfigError
 
 
 class Receiver:

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import redis
 
-from wurk import payload
-from wurk.payload import (
+from wurk.wire import payload
+from wurk.wire.payload import (
     ArgumentError,
     PayloadError,
     check_args,

@@ -19,12 +19,12 @@ from conftest import RedisServer, free_port
 from waiting import wait_for
 
 import wurk
-from wurk import profiler
 from wurk.api.profiles import ProfileNotFoundError, ProfileSet
 from wurk.cli import main
-from wurk.config import Config
-from wurk.job import make_options, registry
-from wurk.launcher import Launcher
+from wurk.observe import profiler
+from wurk.push.job import make_options, registry
+from wurk.runtime.launcher import Launcher
+from wurk.settings.config import Config
 
 
 def profiled_work_marker(n: int) -> int:
@@ -319,7 +319,7 @@ def test_crafted_profile_data_is_refused_in_one_line(config: Config, r: redis.Re
 
 def test_sizes_from_redis_are_bounded(config: Config, r: redis.Redis, cli: Cli,
                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("wurk.api.profile_data.MAX_PROFILE_BYTES", 1 << 20)
+    monkeypatch.setattr("wurk.wire.profile_data.MAX_PROFILE_BYTES", 1 << 20)
     key = recorded(config, r, data=gzip.compress(b"\0" * (2 << 20)), size="-1")
     code, _, err = cli("show", key)
     assert code == 1 and "unzips to more than 1048576 bytes" in err

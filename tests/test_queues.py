@@ -8,8 +8,8 @@ from collections import Counter
 
 import pytest
 
-from wurk.limits import MAX_QUEUE_WEIGHT
-from wurk.queues import QueuePlan, QueueSpecError, parse_queue, parse_queues
+from wurk.settings.limits import MAX_QUEUE_WEIGHT
+from wurk.settings.queues import QueuePlan, QueueSpecError, parse_queue, parse_queues
 
 DRAWS = 6000
 

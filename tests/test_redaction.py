@@ -19,10 +19,10 @@ import pytest
 import structlog
 from conftest import RedisServer, free_port, start_redis
 
-from wurk import logging as wlog
-from wurk.config import Config
-from wurk.redaction import redact_text, redact_url, shown
-from wurk.redis_pool import SentinelSettings
+from wurk.core import logging as wlog
+from wurk.core.redaction import redact_text, redact_url, shown
+from wurk.redis.pool import SentinelSettings
+from wurk.settings.config import Config
 
 REPO = Path(__file__).resolve().parent.parent
 SECRET = "Pa55-word-xyzzy"
@@ -244,7 +244,7 @@ def test_log_lines_never_carry_a_url_password(capfd: pytest.CaptureFixture[str])
 def test_library_log_lines_never_carry_a_url_password(tmp_path: Path) -> None:
     # No wurk entry point: events go to the standard logging module.
     script = ("import logging; logging.basicConfig(level=logging.INFO)\n"
-              "from wurk.logging import get_logger\n"
+              "from wurk.core.logging import get_logger\n"
               f"get_logger('wurk.test').error('redis.down', url='redis://:{SECRET}@h/0')\n")
     proc = subprocess.run([sys.executable, "-c", script], env=env_with(), cwd=tmp_path,
                           capture_output=True, text=True, timeout=30, check=False)

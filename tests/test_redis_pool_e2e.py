@@ -22,8 +22,8 @@ from conftest import RedisServer, reap_probe_clients, start_redis
 from faultproxy import FaultProxy
 from recording import Recorder
 
-from wurk.redis_limits import DeadlinePassed
-from wurk.redis_pool import Conn, ConnectError, RedisPool, RetrySettings
+from wurk.redis.limits import DeadlinePassed
+from wurk.redis.pool import Conn, ConnectError, RedisPool, RetrySettings
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ import redis.exceptions as rx
 from conftest import reap_probe_clients
 from recording import Recorder
 
-from wurk.redis_pool import (
+from wurk.redis.pool import (
     Conn,
     ConnectError,
     ErrorKind,

@@ -1,4 +1,4 @@
-"""Waiting for Redis at start (wurk.redis_wait) against a real redis-server."""
+"""Waiting for Redis at start (wurk.redis.wait) against a real redis-server."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from faultproxy import FaultProxy
 from structlog.testing import capture_logs
 from waiting import wait_for
 
-from wurk.redis_pool import RedisPool
-from wurk.redis_wait import pause, wait_for_redis, wait_or_signal
+from wurk.redis.pool import RedisPool
+from wurk.redis.wait import pause, wait_for_redis, wait_or_signal
 
 
 def test_each_attempt_logs_the_url_without_its_password() -> None:

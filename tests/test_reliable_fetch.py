@@ -29,13 +29,13 @@ from faultproxy import FaultProxy
 from structlog.testing import capture_logs
 from waiting import wait_for
 
-from wurk import keys
-from wurk.config import Config
-from wurk.job import JobFunction
-from wurk.launcher import Launcher
-from wurk.payload import new_jid
-from wurk.reaper import recover, sweep
-from wurk.reliable_fetch import ReliableFetch
+from wurk.push.job import JobFunction
+from wurk.runtime.launcher import Launcher
+from wurk.runtime.reaper import recover, sweep
+from wurk.runtime.reliable_fetch import ReliableFetch
+from wurk.settings.config import Config
+from wurk.wire import keys
+from wurk.wire.payload import new_jid
 
 REPO = Path(__file__).resolve().parent.parent
 

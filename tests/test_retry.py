@@ -12,10 +12,9 @@ from typing import Any
 import pytest
 import redis
 
-from wurk.config import Config
-from wurk.job import make_options
-from wurk.payload import new_jid
-from wurk.retry import (
+from wurk.core.threads import describe
+from wurk.push.job import make_options
+from wurk.runtime.retry import (
     MAX_MESSAGE,
     UNREADABLE_MESSAGE,
     RetryHandler,
@@ -28,7 +27,8 @@ from wurk.retry import (
     next_retry_count,
     retry_delay,
 )
-from wurk.threads import describe
+from wurk.settings.config import Config
+from wurk.wire.payload import new_jid
 
 
 class Boom(RuntimeError):

@@ -16,9 +16,9 @@ import pytest
 import redis
 from test_retry import Boom, make_job, raised
 
-from wurk.config import Config
-from wurk.job import make_options
-from wurk.retry import RetryHandler
+from wurk.push.job import make_options
+from wurk.runtime.retry import RetryHandler
+from wurk.settings.config import Config
 
 
 @pytest.fixture

@@ -19,12 +19,12 @@ from structlog.testing import capture_logs
 from waiting import wait_for
 
 import wurk
-from wurk import scheduled
-from wurk.config import Config
-from wurk.job import registry
-from wurk.launcher import Launcher
-from wurk.payload import new_jid
-from wurk.scheduled import Poller, random_poll_interval
+from wurk.push.job import registry
+from wurk.runtime import scheduled
+from wurk.runtime.launcher import Launcher
+from wurk.runtime.scheduled import Poller, random_poll_interval
+from wurk.settings.config import Config
+from wurk.wire.payload import new_jid
 
 
 class FixedRng(random.Random):

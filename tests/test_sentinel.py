@@ -44,9 +44,9 @@ from conftest import RedisServer, free_port, reap_probe_clients, redis_server_bi
 from pushing import Pusher
 
 import wurk
-from wurk.config import Config, ConfigError
-from wurk.launcher import Launcher
-from wurk.redis_pool import RedisPool, SentinelSettings
+from wurk.redis.pool import RedisPool, SentinelSettings
+from wurk.runtime.launcher import Launcher
+from wurk.settings.config import Config, ConfigError
 
 MASTER = "mymaster"
 JOB = "sentinel_record"

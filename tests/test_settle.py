@@ -33,14 +33,14 @@ from test_reliable_fetch import (
 )
 from waiting import wait_for
 
-from wurk import keys
-from wurk.config import Config
-from wurk.job import JobFunction
-from wurk.launcher import Launcher
-from wurk.payload import new_jid
-from wurk.reaper import sweep
-from wurk.retry import decode_backtrace
-from wurk.settle import Settlement, write
+from wurk.push.job import JobFunction
+from wurk.runtime.launcher import Launcher
+from wurk.runtime.reaper import sweep
+from wurk.runtime.retry import decode_backtrace
+from wurk.runtime.settle import Settlement, write
+from wurk.settings.config import Config
+from wurk.wire import keys
+from wurk.wire.payload import new_jid
 
 __all__ = ["rb"]  # a fixture shared with test_reliable_fetch
 

@@ -19,8 +19,8 @@ import pytest
 import redis
 
 import wurk
-from wurk.config import Config
-from wurk.job import JobFunction
+from wurk.push.job import JobFunction
+from wurk.settings.config import Config
 
 
 @pytest.fixture

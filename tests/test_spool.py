@@ -22,12 +22,12 @@ from tests.faultproxy import FaultProxy
 from tests.test_swarm import launch as swarm_launch  # noqa: F401 - a fixture, by that name
 from tests.test_swarm import push, slot
 from tests.waiting import wait_for
-from wurk import spool
-from wurk.client import Client
-from wurk.config import Config
-from wurk.launcher import Launcher
-from wurk.payload import new_jid
-from wurk.spool_drain import drain_once
+from wurk.push import spool
+from wurk.push.client import Client
+from wurk.push.spool_drain import drain_once
+from wurk.runtime.launcher import Launcher
+from wurk.settings.config import Config
+from wurk.wire.payload import new_jid
 
 REPO = Path(__file__).resolve().parent.parent
 QUEUE = "spooled"
@@ -35,9 +35,9 @@ QUEUE = "spooled"
 # Enqueue while Redis cannot take writes, print the jids, exit.
 ENQUEUE = """
 import json, sys
-from wurk import logging as wlog
-from wurk.client import Client
-from wurk.config import Config
+from wurk.core import logging as wlog
+from wurk.push.client import Client
+from wurk.settings.config import Config
 wlog.setup("info", "json")
 client = Client(Config(redis_url=sys.argv[1], redis_connect_timeout=0.2,
                        redis_retry_attempts=1, push_flush_timeout=0.5))
@@ -153,8 +153,8 @@ def test_a_pusher_exiting_while_the_primary_refuses_writes_spools_and_a_client_p
 # -- several drainers, crashes -----------------------------------------------------
 DRAIN = """
 import json, sys
-from wurk.config import Config
-from wurk.spool_drain import drain_once
+from wurk.settings.config import Config
+from wurk.push.spool_drain import drain_once
 config = Config(redis_url=sys.argv[1])
 report = drain_once(config, config.pool)
 print(json.dumps({"pushed": len(report.pushed), "busy": len(report.busy)}))
@@ -179,8 +179,8 @@ def test_two_processes_draining_one_spool_push_each_job_once(
 # Drain with one job per script call, and die right after the k-th call.
 DIE_AFTER = """
 import os, sys
-from wurk import confirmed, spool_drain
-from wurk.config import Config
+from wurk.push import confirmed, spool_drain
+from wurk.settings.config import Config
 spool_drain.BATCH = 1
 write, calls = confirmed.ConfirmedWriter.write, [0]
 def dying_write(self, pool, push, **kw):
@@ -310,8 +310,8 @@ def test_a_running_worker_pushes_a_spool_file_that_appears_later(
 # -- swarm children leave with os._exit ---------------------------------------------
 SPOOL_JOBS = """
 import wurk
-from wurk.client import Client
-from wurk.config import Config
+from wurk.push.client import Client
+from wurk.settings.config import Config
 
 
 @wurk.job(name="push_elsewhere")

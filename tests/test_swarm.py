@@ -37,9 +37,9 @@ from supervisor.child_boot import EX_BOOT
 from supervisor.swarm import Child, Swarm
 from supervisor.systemd import Notifier
 from supervisor.topology import parse
-from wurk.config import Config
-from wurk.payload import new_jid
-from wurk.reaper import recover
+from wurk.runtime.reaper import recover
+from wurk.settings.config import Config
+from wurk.wire.payload import new_jid
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -816,7 +816,7 @@ SPAMMY_PARENT = textwrap.dedent("""
     from supervisor.cli import run
     from supervisor.swarm import Swarm
     from supervisor.topology import load
-    from wurk import logging as wlog
+    from wurk.core import logging as wlog
 
     topology = load(sys.argv[1])
     wlog.setup(topology.base.log_level, topology.base.log_format)
@@ -1015,8 +1015,8 @@ HOSTED_SCRIPT = textwrap.dedent("""
     import asyncio, json, os, sys, time
     import redis
     os.environ["WURK_TOPOLOGY"] = sys.argv[1]
-    import wurk.logging
-    wurk.logging.setup("info", "json")  # the host configures logging, as an app would
+    import wurk.core.logging
+    wurk.core.logging.setup("info", "json")  # the host configures logging, as an app would
     from examples import asgi_app
 
     async def lifespan():

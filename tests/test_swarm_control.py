@@ -30,7 +30,7 @@ from test_swarm import REPO, Launch, SwarmProcess, _ts, gone, push, slot
 from waiting import wait_for
 
 from supervisor.remote import SIGNAL_COMMANDS, RemoteControl, SwarmSnapshot
-from wurk.config import Config
+from wurk.settings.config import Config
 
 pytestmark = pytest.mark.timeout(90)
 

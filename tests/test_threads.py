@@ -18,13 +18,15 @@ from test_health import get
 from waiting import wait_for
 
 from supervisor import child_boot
-from wurk import keys, reaper, threads
-from wurk.config import Config
-from wurk.job import JobFunction
-from wurk.launcher import Launcher
-from wurk.manager import Manager
-from wurk.processor import Processor
-from wurk.threads import ThreadSupervisor
+from wurk.core import threads
+from wurk.core.threads import ThreadSupervisor
+from wurk.push.job import JobFunction
+from wurk.runtime import reaper
+from wurk.runtime.launcher import Launcher
+from wurk.runtime.manager import Manager
+from wurk.runtime.processor import Processor
+from wurk.settings.config import Config
+from wurk.wire import keys
 
 Define = Callable[..., JobFunction[..., Any]]
 Launch = Callable[..., Launcher]

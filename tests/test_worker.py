@@ -15,10 +15,10 @@ import pytest
 import redis
 from waiting import wait_for
 
-from wurk.config import Config
-from wurk.job import JobFunction
-from wurk.launcher import Launcher
-from wurk.payload import new_jid
+from wurk.push.job import JobFunction
+from wurk.runtime.launcher import Launcher
+from wurk.settings.config import Config
+from wurk.wire.payload import new_jid
 
 Define = Callable[..., JobFunction[..., Any]]
 Launch = Callable[..., Launcher]

@@ -4,13 +4,17 @@ Define jobs with ``@wurk.job`` or ``wurk.Job``, enqueue them with
 ``perform_async``, run them with ``wurk run`` or ``wurk-swarm``.
 """
 
-from wurk.buffered import PushBufferFullError
-from wurk.client import Client
-from wurk.config import Config, ConfigError, configure, default_config
-from wurk.confirmed import PushNotConfirmedError
-from wurk.job import Job, JobFunction, UnknownJobError, job, registry
-from wurk.payload import ArgumentError
+from wurk import old_paths
+from wurk.push.buffered import PushBufferFullError
+from wurk.push.client import Client
+from wurk.push.confirmed import PushNotConfirmedError
+from wurk.push.job import Job, JobFunction, UnknownJobError, job, registry
+from wurk.settings.config import Config, ConfigError, configure, default_config
 from wurk.version import __version__
+from wurk.wire.payload import ArgumentError
+
+# import wurk.config and the other pre-layering paths still work, with a warning.
+old_paths.install()
 
 __all__ = [
     "ArgumentError",

@@ -34,11 +34,11 @@ from pathlib import Path
 from types import ModuleType
 
 from wurk import admin
-from wurk import logging as wlog
-from wurk.config import Config, ConfigError, configure
-from wurk.launcher import Launcher, dump_threads, stop_before_exit
-from wurk.redaction import redact_text
-from wurk.redis_wait import wait_or_signal
+from wurk.core import logging as wlog
+from wurk.core.redaction import redact_text
+from wurk.redis.wait import wait_or_signal
+from wurk.runtime.launcher import Launcher, dump_threads, stop_before_exit
+from wurk.settings.config import Config, ConfigError, configure
 from wurk.version import __version__
 
 EX_SOFTWARE = 70

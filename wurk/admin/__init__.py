@@ -4,7 +4,7 @@
 ``wurk retries|dead|scheduled [list|retry|delete|clear]``; ``wurk pause``,
 ``unpause``, ``quiet``, ``stop``, ``restart``, ``dump``; ``wurk profile
 [list|show|save]``; ``wurk spool [list|push|discard]``. Every command is
-a thin layer over ``wurk.api`` (``spool`` over ``wurk.spool``): it builds
+a thin layer over ``wurk.api`` (``spool`` over ``wurk.push.spool``): it builds
 one JSON-able payload, printed as is with ``--json`` (shapes
 documented in docs/admin-cli.md, and stable) or rendered as aligned plain
 text otherwise.
@@ -45,7 +45,6 @@ from typing import Any, TextIO
 
 import redis.exceptions as rx
 
-from wurk import logging as wlog
 from wurk.admin import control, jobsets, overview, profiles, spool
 from wurk.admin.registry import (
     AdminCommand,
@@ -56,8 +55,9 @@ from wurk.admin.registry import (
     global_options,
 )
 from wurk.api import JobNotFoundError, ProcessControlError, UnknownProcessError, UnknownQueueError
-from wurk.config import Config, ConfigError
-from wurk.redaction import redact_text, redact_url
+from wurk.core import logging as wlog
+from wurk.core.redaction import redact_text, redact_url
+from wurk.settings.config import Config, ConfigError
 
 EX_FAILED = 1
 EX_USAGE = 2

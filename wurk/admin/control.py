@@ -31,7 +31,7 @@ from wurk.api import (
     SwarmSet,
     UnknownProcessError,
 )
-from wurk.config import Config
+from wurk.settings.config import Config
 
 Payload = dict[str, Any]
 

@@ -13,16 +13,16 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from wurk import keys
 from wurk.admin.output import clip, duration, fields, megabytes, table, when
 from wurk.admin.registry import AdminCommand, Context
 from wurk.api import ProcessSet, Stats, SwarmSet, Workers
 from wurk.api.common import sscan_all
 from wurk.api.queue import latency_of
-from wurk.config import Config
+from wurk.settings.config import Config
+from wurk.wire import keys
 
 if TYPE_CHECKING:
-    from wurk.redis_pool import Conn
+    from wurk.redis.pool import Conn
 
 Payload = dict[str, Any]
 COUNTS = ("processed", "failed", "enqueued", "scheduled", "retries", "dead", "processes", "busy")

@@ -1,4 +1,4 @@
-"""``wurk profile [list | show KEY | save KEY PATH]``: job profiles (``wurk.profiler``).
+"""``wurk profile [list | show KEY | save KEY PATH]``: job profiles (``wurk.observe.profiler``).
 
 Duties:
 1. ``list`` (the default): live profiles, newest first, after pruning the
@@ -10,7 +10,7 @@ Duties:
    stored name only if it is a plain file name (else one made from KEY).
 4. Name an unknown or expired key, or a profile wurk cannot read (a Ruby
    Vernier one for ``show``, or data that is not a profile wurk wrote:
-   :mod:`wurk.api.profile_data` checks it), in one line, and exit 1.
+   :mod:`wurk.wire.profile_data` checks it), in one line, and exit 1.
 """
 
 from __future__ import annotations

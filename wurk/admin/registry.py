@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from wurk.admin.output import to_json
-from wurk.config import Config
+from wurk.settings.config import Config
 
 Render = Callable[[Any, float], list[str]]
 GLOBAL_OPTIONS = ("redis_url", "config", "json")

@@ -1,7 +1,7 @@
 """``wurk spool [list|push|discard] [FILE ...] [--all] [--yes] [--any-target]``.
 
 The spool holds pushes that processes could not send before they exited
-(see :mod:`wurk.spool`); workers push it on their own, this is for people.
+(see :mod:`wurk.push.spool`); workers push it on their own, this is for people.
 
 Duties:
 1. ``list`` (the default): every spool file in ``spool_dir``, oldest first:
@@ -21,10 +21,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from wurk import pids, spool
 from wurk.admin.output import table, when
 from wurk.admin.registry import AdminCommand, CommandError, Context, UsageError
-from wurk.spool_drain import drain_once
+from wurk.core import pids
+from wurk.push import spool
+from wurk.push.spool_drain import drain_once
 
 ACTIONS = ("list", "push", "discard")
 Payload = dict[str, Any]

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from wurk import keys
-from wurk.config import Config, default_config
+from wurk.settings.config import Config, default_config
+from wurk.wire import keys
 
 if TYPE_CHECKING:
-    from wurk.redis_pool import Conn
+    from wurk.redis.pool import Conn
 
 SCAN_COUNT = 100
 _GLOB_SPECIAL = "\\?[]"

@@ -23,14 +23,14 @@ from typing import TYPE_CHECKING, Any
 
 from wurk.api.errors import JobKilledError
 from wurk.api.records import JobRecord
-from wurk.logging import get_logger
-from wurk.payload import loads_job, score
-from wurk.retry import kill_commands
+from wurk.core.logging import get_logger
+from wurk.runtime.retry import kill_commands
+from wurk.wire.payload import loads_job, score
 
 if TYPE_CHECKING:
     from wurk.api.sorted_sets import SortedSet
-    from wurk.config import Config
-    from wurk.redis_pool import Conn
+    from wurk.redis.pool import Conn
+    from wurk.settings.config import Config
 
 log = get_logger("wurk.api")
 # A kill retries its WATCH this often when other writers keep changing the set.

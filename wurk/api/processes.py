@@ -19,14 +19,14 @@ import json
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from wurk import keys
 from wurk.api.common import opt_text, resolve, send_signal, sscan_all, text, to_float, to_int
 from wurk.api.errors import ProcessControlError, UnknownProcessError
-from wurk.config import Config
-from wurk.payload import to_seconds
+from wurk.settings.config import Config
+from wurk.wire import keys
+from wurk.wire.payload import to_seconds
 
 if TYPE_CHECKING:
-    from wurk.redis_pool import Conn
+    from wurk.redis.pool import Conn
 
 # The hash fields a reader needs, in the order Process.from_fields expects.
 FIELDS = ("info", "busy", "beat", "quiet", "rss", "rtt_us", "concurrency")

@@ -9,7 +9,7 @@ Duties:
    and give its data unzipped, within size limits checked before the data
    is fetched: for wurk's ``cprofile`` type that is the pstats marshal
    dump; Sidekiq's Vernier profiles are gzip JSON and come out as JSON.
-4. Read a ``cprofile`` table only through :mod:`wurk.api.profile_data`,
+4. Read a ``cprofile`` table only through :mod:`wurk.wire.profile_data`,
    never ``marshal`` or ``pstats`` on the stored bytes: a crafted value is
    refused with :class:`ProfileDataError`.
 5. Save one to a file (``.prof`` for cProfile: ``python -m pstats FILE`` and
@@ -29,16 +29,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from wurk import keys
 from wurk.api.common import resolve, text, to_float, to_int
-from wurk.api.profile_data import (
+from wurk.settings.config import Config
+from wurk.wire import keys
+from wurk.wire.profile_data import (
     MAX_STORED_BYTES,
     ProfileDataError,
     decode_stats,
     gunzip,
     safe_file_name,
 )
-from wurk.config import Config
 
 FIELDS = ("started_at", "token", "type", "jid", "filename", "elapsed", "size")
 # pstats' own sort names for the orders ``top`` offers.

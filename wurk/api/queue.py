@@ -17,12 +17,12 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from wurk import keys
 from wurk.api.common import resolve, sscan_all
 from wurk.api.errors import JobNotFoundError, UnknownQueueError
 from wurk.api.records import JobRecord, parse_item
-from wurk.config import Config
-from wurk.payload import to_seconds
+from wurk.settings.config import Config
+from wurk.wire import keys
+from wurk.wire.payload import to_seconds
 
 PAGE_SIZE = 50
 

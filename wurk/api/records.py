@@ -7,7 +7,7 @@ Duties:
    item whose ``args`` hold the raw text, so one bad entry never breaks a
    listing.
 3. Read Sidekiq's fields in every version's shape: the display class
-   (``display_class``, then ActiveJob's wrapped job: ``wurk.api.activejob``),
+   (``display_class``, then ActiveJob's wrapped job: ``wurk.wire.activejob``),
    timestamps as float seconds
    or Sidekiq 8's integer ms, failure fields and the compressed backtrace.
 4. ``delete`` one queued job: LREM 1 of the exact value.
@@ -21,12 +21,11 @@ import time
 import zlib
 from typing import Any
 
-from wurk import keys
-from wurk.api import activejob
 from wurk.api.common import resolve, text
-from wurk.config import Config
-from wurk.payload import to_seconds
-from wurk.retry import decode_backtrace
+from wurk.runtime.retry import decode_backtrace
+from wurk.settings.config import Config
+from wurk.wire import activejob, keys
+from wurk.wire.payload import to_seconds
 
 
 def parse_item(value: bytes | str) -> dict[str, Any] | None:

@@ -18,15 +18,15 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from wurk import keys
 from wurk.api.common import contains_pattern, resolve, score_pairs, zscan_all
 from wurk.api.entries import SortedEntry, run_death_handlers
 from wurk.api.errors import JobNotFoundError
 from wurk.api.records import parse_item
-from wurk.client import Client
-from wurk.config import Config
-from wurk.payload import dumps
-from wurk.retry import kill as kill_into_dead
+from wurk.push.client import Client
+from wurk.runtime.retry import kill as kill_into_dead
+from wurk.settings.config import Config
+from wurk.wire import keys
+from wurk.wire.payload import dumps
 
 PAGE_SIZE = 50
 Row = tuple[float, bytes]

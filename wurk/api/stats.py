@@ -17,13 +17,13 @@ from __future__ import annotations
 from datetime import UTC, date, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from wurk import keys
 from wurk.api.common import resolve, sscan_all, to_int
 from wurk.api.queue import latency_of
-from wurk.config import Config
+from wurk.settings.config import Config
+from wurk.wire import keys
 
 if TYPE_CHECKING:
-    from wurk.redis_pool import Conn
+    from wurk.redis.pool import Conn
 
 COUNTERS = {"processed": keys.STAT_PROCESSED, "failed": keys.STAT_FAILED}
 MAX_HISTORY_DAYS = 5 * 365  # the per-day keys live five years

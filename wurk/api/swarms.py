@@ -23,13 +23,13 @@ import json
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from wurk import keys
 from wurk.api.common import resolve, send_signal, sscan_all, text, to_float, to_int
 from wurk.api.errors import UnknownProcessError
-from wurk.config import Config
+from wurk.settings.config import Config
+from wurk.wire import keys
 
 if TYPE_CHECKING:
-    from wurk.redis_pool import Conn
+    from wurk.redis.pool import Conn
 
 # The hash fields a reader needs, in the order SwarmProcess.from_fields expects.
 FIELDS = ("info", "beat", "state", "children")

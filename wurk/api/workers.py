@@ -17,14 +17,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from wurk import keys
 from wurk.api.common import hash_items, resolve, sscan_all, text, to_int
 from wurk.api.records import JobRecord
-from wurk.config import Config
-from wurk.payload import dumps, to_seconds
+from wurk.settings.config import Config
+from wurk.wire import keys
+from wurk.wire.payload import dumps, to_seconds
 
 if TYPE_CHECKING:
-    from wurk.redis_pool import Conn
+    from wurk.redis.pool import Conn
 
 
 @dataclass(frozen=True)

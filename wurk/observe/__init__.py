@@ -1,0 +1,1 @@
+"""Instruments the runtime and the pushers call: metrics and profiles."""

@@ -1,0 +1,272 @@
+"""Reliable push: pushes made while Redis is unreachable wait in memory.
+
+Duties:
+1. Send a push at once when nothing is waiting. If it fails while dialing
+   (nothing reached Redis), keep it in a bounded, ordered buffer instead of
+   raising; once anything waits, later pushes queue behind it so order holds.
+2. A full buffer is an error the caller sees (:class:`PushBufferFullError`),
+   never a silent drop.
+3. A drainer thread (under :mod:`wurk.core.threads`; no error ends it) sends
+   the buffer, oldest first, when Redis returns. A
+   push whose outcome is unknown (the connection broke after sending) may
+   have landed, so it is never sent again: it is reported and dropped.
+   A replayable push (replica-confirmed, see wurk.push.confirmed) is the
+   exception: it is kept and sent again until replicas confirm it, for at
+   most half its markers' lifetime after it may first have landed.
+4. At process exit, try one last flush within ``push_flush_timeout``; then
+   stop the drainer (letting a send in flight finish) and write what is
+   left to the spool (:mod:`wurk.push.spool`), fsynced, logged at ERROR with the
+   count and the file; only if that fails too are the jids logged as lost.
+5. A forked child starts with an empty buffer, no drainer and fresh locks:
+   the parent still owns and sends what it buffered.
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import os
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from wurk.core import threads
+from wurk.core.logging import get_logger
+from wurk.push.confirmed import ConfirmedPush, PushNotConfirmedError
+from wurk.push.spool import Destination, SpoolEntry, write_spool
+from wurk.redis.pool import ErrorKind, PoolExhausted, RedisPool, classify
+from wurk.wire import keys
+
+log = get_logger("wurk.push")
+DRAIN_PAUSE_MIN = 0.1
+DRAIN_PAUSE_MAX = 2.0
+
+
+class PushBufferFullError(RuntimeError):
+    """Redis is unreachable and the push buffer is full: this push was not taken."""
+
+
+# A replayable push is given up (and reported) before its markers expire.
+REPLAY_LIMIT = keys.PUSHED_TTL / 2
+
+
+@dataclass
+class PendingPush:
+    # Sends the push; the argument caps the pool's attempts.
+    send: Callable[[int], object]
+    jids: tuple[str, ...]
+    # True when sending it again after an unknown outcome cannot enqueue twice.
+    replayable: bool = False
+    # When a send first failed in a way that may have written it; a push
+    # that never reached Redis is kept for as long as it takes.
+    maybe_landed: float | None = None
+    # The jobs and the nonce to spool it with at exit; None: cannot be spooled.
+    content: ConfirmedPush | None = None
+
+    def worth_keeping(self, exc: BaseException) -> bool:
+        """Whether a failed send may be tried again later (and note when it may have landed)."""
+        if unapplied(exc):
+            return True
+        if self.maybe_landed is None:
+            self.maybe_landed = time.monotonic()
+        if not self.replayable:
+            return False
+        # Past the limit its markers may be gone, so a resend could double it.
+        if time.monotonic() - self.maybe_landed >= REPLAY_LIMIT:
+            return False
+        return isinstance(exc, PushNotConfirmedError) or classify(exc) is ErrorKind.IO
+
+
+def unapplied(exc: BaseException) -> bool:
+    """True when the failure proves nothing was applied: the dial failed, or
+    the server refused the command outright (READONLY, NOREPLICAS during a
+    failover)."""
+    return isinstance(exc, PoolExhausted) or classify(exc) in (ErrorKind.CONNECT,
+                                                               ErrorKind.FAILOVER)
+
+
+class PushBuffer:
+    def __init__(self, pool: RedisPool, capacity: int, flush_timeout: float, *,
+                 spool: Destination | None = None, send_timeout: float = 5.0) -> None:
+        self.pool = pool
+        self.capacity = capacity
+        self.flush_timeout = flush_timeout
+        self.spool = spool
+        # How long one send can take: at exit, a send in flight is waited for.
+        self.send_timeout = send_timeout
+        # The process that owns what it buffers: set here, not at import, or
+        # a buffer made in a forked child would think it the parent's.
+        self._pid = os.getpid()
+        self._reset()
+        _live_buffers.add(self)
+
+    def _reset(self) -> None:
+        self._pending: collections.deque[PendingPush] = collections.deque()
+        self._jobs = 0
+        self._lock = threading.Lock()
+        self._drained = threading.Condition(self._lock)
+        self._drainer: threading.Thread | None = None
+        # Set at exit: the drainer stops, what is left goes to the spool.
+        self._closed = False
+        self._sending = False
+
+    def __len__(self) -> int:
+        return self._jobs
+
+    def send(self, push: PendingPush) -> None:
+        with self._lock:
+            if self._pending:
+                self._keep(push)
+                return
+        try:
+            push.send(1)
+        except Exception as exc:
+            # Once the exit path spooled the buffer, nothing would send a kept push.
+            if self._closed or not push.worth_keeping(exc):
+                raise
+            with self._lock:
+                self._keep(push)
+            log.warning("push.buffered", jids=list(push.jids), waiting=self._jobs,
+                        error=f"{type(exc).__name__}: {exc}")
+
+    def _keep(self, push: PendingPush) -> None:
+        """Caller holds the lock."""
+        if self._jobs + len(push.jids) > self.capacity:
+            raise PushBufferFullError(
+                f"Redis is unreachable and {self._jobs} jobs already wait to be pushed "
+                f"(push_buffer_size={self.capacity}); this push was not taken")
+        self._pending.append(push)
+        self._jobs += len(push.jids)
+        if self._drainer is None or not self._drainer.is_alive():
+            self._drainer = threads.start("push-drainer", self._drain)
+
+    def _drain(self) -> None:
+        pause = DRAIN_PAUSE_MIN
+        while (push := self._next()) is not None:
+            try:
+                push.send(1)
+            except BaseException as exc:  # noqa: BLE001 - the drainer outlives any one failure
+                if push.worth_keeping(exc):
+                    self._settle(push, done=False)
+                    time.sleep(pause)
+                    pause = min(DRAIN_PAUSE_MAX, pause * 2)
+                    continue
+                self._report_dropped(push, exc)
+            pause = DRAIN_PAUSE_MIN
+            self._settle(push, done=True)
+
+    def _next(self) -> PendingPush | None:
+        with self._lock:
+            if not self._pending or self._closed:
+                self._drained.notify_all()
+                return None
+            self._sending = True
+            return self._pending[0]
+
+    def _settle(self, push: PendingPush, *, done: bool) -> None:
+        with self._lock:
+            self._sending = False
+            # The exit path may have spooled it (and emptied the deque) meanwhile.
+            if done and self._pending and self._pending[0] is push:
+                self._pending.popleft()
+                self._jobs -= len(push.jids)
+            self._drained.notify_all()
+
+    def _report_dropped(self, push: PendingPush, exc: BaseException) -> None:
+        if isinstance(exc, PushNotConfirmedError):
+            log.error("push.unconfirmed", jids=list(push.jids), error=str(exc),
+                      hint=f"no replica confirmed it for {REPLAY_LIMIT:g}s; it stays "
+                           "on the primary, unguarded against a failover")
+            return
+        log.error("push.outcome_unknown", jids=list(push.jids),
+                  error=f"{type(exc).__name__}: {exc}",
+                  hint="it may have landed, so it is not sent again")
+        self.pool.on_error(exc, attempt=1, action="unsafe")
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until everything buffered was sent; False if time ran out."""
+        # A drain's deadline on the pool (a process exiting) shortens the wait.
+        wait = self.pool.deadline.clip(self.flush_timeout if timeout is None else timeout)
+        deadline = time.monotonic() + (wait or 0.0)
+        with self._lock:
+            while self._pending:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._drained.wait(min(remaining, 0.1))
+        return True
+
+    def flush_at_exit(self) -> None:
+        if self._pid != os.getpid() or not self._pending:
+            return
+        if not self.flush():
+            self._spool(self._close())
+
+    def _close(self) -> list[PendingPush]:
+        """Stop the drainer, wait out a send in flight, and take what is left."""
+        deadline = time.monotonic() + (self.pool.deadline.clip(self.send_timeout) or 0.0)
+        with self._lock:
+            self._closed = True
+            while self._sending and time.monotonic() < deadline:
+                self._drained.wait(0.05)
+            if self._sending:
+                log.warning("push.still_sending", jids=list(self._pending[0].jids),
+                            hint="spooled too; its nonce makes a resend of a "
+                                 "confirmed push a no-op, a plain one may land twice")
+            left = list(self._pending)
+            self._pending.clear()
+            self._jobs = 0
+        return left
+
+    def _spool(self, left: list[PendingPush]) -> None:
+        spoolable = [push for push in left if push.content is not None]
+        jids = [jid for push in spoolable for jid in push.jids]
+        lost = [jid for push in left if push.content is None for jid in push.jids]
+        if self.spool is not None and spoolable:
+            try:
+                path = write_spool(self.spool.directory, self.spool.target,
+                                   spool_entries(spoolable))
+                log.error("push.spooled", jobs=len(jids), path=str(path), jids=jids,
+                          hint="Redis stayed unreachable until exit; a wurk process "
+                               "with this spool_dir pushes them, or `wurk spool push`")
+                jids = []
+            except OSError as exc:
+                log.error("push.spool_failed", path=str(self.spool.directory),
+                          error=f"{type(exc).__name__}: {exc}")
+        if jids or lost:
+            log.error("push.unflushed", jobs=len(jids) + len(lost), jids=jids + lost,
+                      hint="Redis stayed unreachable until the process exited; "
+                           "these jobs are lost")
+
+    def after_fork_in_child(self) -> None:
+        self._reset()
+        self._pid = os.getpid()
+
+
+def spool_entries(pushes: list[PendingPush]) -> list[SpoolEntry]:
+    return [SpoolEntry(push.content.nonce, job.jid, job.queue, job.run_at, job.raw)
+            for push in pushes if push.content is not None for job in push.content.jobs]
+
+
+_live_buffers: weakref.WeakSet[PushBuffer] = weakref.WeakSet()
+
+
+def _reset_after_fork() -> None:
+    for buffer in list(_live_buffers):
+        buffer.after_fork_in_child()
+
+
+def flush_push_buffers() -> None:
+    """Try to send every buffer's pushes (within each one's flush timeout); spool the rest.
+
+    Runs at interpreter exit; a process that leaves with ``os._exit`` (a
+    swarm child) calls it itself.
+    """
+    for buffer in list(_live_buffers):
+        buffer.flush_at_exit()
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
+atexit.register(flush_push_buffers)

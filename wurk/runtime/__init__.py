@@ -1,0 +1,1 @@
+"""The worker runtime: launcher, manager, processors, fetchers, scheduler, retries, heartbeat."""

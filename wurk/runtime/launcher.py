@@ -1,0 +1,178 @@
+"""The launcher: starts and stops one worker process's parts, in order.
+
+Duties:
+1. ``start``: the health listener if configured (its port goes into the
+   heartbeat info), then the heartbeat (so the process is visible before it
+   takes work), then the processor threads, then the scheduler poller,
+   then the spool drainer (pushes what exited processes spooled, at start
+   and every ``spool_interval``). Every one of those threads runs under
+   :mod:`wurk.core.threads`: one that dies is logged, restarted, and fails
+   ``/live`` until it is.
+2. ``quiet``: stop fetching, the poller and the spool drainer; running jobs
+   carry on.
+3. ``stop(deadline)``: quiet, let running jobs finish until the monotonic
+   deadline, push the unfinished back to their queues, then say goodbye in
+   the heartbeat (flush stats, leave ``processes``) and close the listener.
+   Every Redis wait of the stop, and of every thread still running, ends by
+   the deadline plus :data:`STOP_MARGIN` (the pool's deadline): with Redis
+   unreachable, the jobs that cannot be given back stay in the private
+   lists (the reaper or the swarm parent gives them back later) and the
+   process still exits on time.
+4. Route remote signals from the heartbeat: TSTP quiets, TERM asks the
+   owner to stop (via ``on_stop_request``), TTIN dumps thread stacks.
+5. :func:`stop_before_exit`, for a process that exits after the stop
+   (``wurk run``, a swarm child): stop, then send or spool what the push
+   buffers still hold, both within the same drain deadline.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from wurk.core.logging import get_logger
+from wurk.observe import metrics
+from wurk.push.buffered import flush_push_buffers
+from wurk.push.job import Registry, registry
+from wurk.push.spool_drain import SpoolDrainer
+from wurk.runtime import health
+from wurk.runtime.heartbeat import Heartbeat, make_identity
+from wurk.runtime.manager import Manager
+from wurk.runtime.reaper import Reaper, recover
+from wurk.runtime.scheduled import Poller
+from wurk.settings.queues import parse_queues
+
+if TYPE_CHECKING:
+    from wurk.settings.config import Config
+
+log = get_logger("wurk.runtime.launcher")
+# Giving back and goodbyes get this long past the jobs' deadline; a swarm's
+# parent waits shutdown_grace (default 5 s) past it before it KILLs.
+STOP_MARGIN = 1.0
+
+
+class Launcher:
+    def __init__(self, config: Config, *, jobs: Registry | None = None,
+                 on_stop_request: Callable[[], None] | None = None,
+                 extra_info: dict[str, Any] | None = None) -> None:
+        self.config = config
+        plan = parse_queues(config.queues)
+        identity = make_identity()
+        self.jobs = jobs or registry
+        self.manager = Manager(config, plan, self.jobs, identity)
+        self.poller = Poller(config)
+        self.spool = SpoolDrainer(config, config.pool)
+        self.reaper = Reaper(config, identity)
+        self.heartbeat = Heartbeat(config, plan, counters=self.manager.counters,
+                                   in_flight=self.manager.in_flight,
+                                   on_signal=self._remote_signal, extra_info=extra_info,
+                                   identity=identity, on_beat=metrics.beat_reporter(
+                                       config, plan.names, metrics.process_tags(extra_info or {})))
+        self.health: health.HealthServer | None = None
+        # A swarm child's index (in extra_info) offsets a fixed health port.
+        self._index = int((extra_info or {}).get("index", 0))
+        self.on_stop_request = on_stop_request
+        self.stopped = threading.Event()
+
+    @property
+    def identity(self) -> str:
+        return self.heartbeat.identity
+
+    def start(self) -> None:
+        if self.config.health_listen is not None:
+            self.health = health.serve(self.config, self.heartbeat, index=self._index)
+            self.heartbeat.add_info(health_port=self.health.port)
+        # Beat first: a reaper elsewhere must never see our private lists
+        # before it can see that we are alive.
+        self.heartbeat.start()
+        if self.config.reliable_fetch:
+            self.reaper.start()
+        # Said before the processors start, so it precedes any job's line.
+        log.info("launcher.started", identity=self.identity, queues=self.config.queues,
+                 concurrency=self.config.concurrency)
+        self._report_jobs()
+        self.manager.start()
+        self.poller.start()
+        self.spool.start()
+
+    def _report_jobs(self) -> None:
+        names = self.jobs.names()
+        if not names:
+            # Every job it fetches would fail with UnknownJobError and retry.
+            log.warning("launcher.no_jobs", identity=self.identity,
+                        hint="no job class is registered: name the modules that define "
+                             "jobs with -r/--require (or require = [...])")
+        else:
+            log.debug("launcher.jobs", identity=self.identity, jobs=names)
+
+    def quiet(self) -> None:
+        if not self.heartbeat.quiet:
+            log.info("launcher.quiet", identity=self.identity)
+            self.heartbeat.quiet = True
+            self.heartbeat.beat_soon()
+        self.manager.quiet()
+        self.poller.stop()
+        self.spool.stop()
+
+    def stop(self, deadline: float | None = None) -> int:
+        """Drain until ``deadline`` (default: now + shutdown_timeout); returns jobs requeued."""
+        if deadline is None:
+            deadline = time.monotonic() + self.config.shutdown_timeout
+        log.info("launcher.stopping", identity=self.identity,
+                 timeout=round(max(0.0, deadline - time.monotonic()), 3))
+        with self.config.pool.deadline.bounded(deadline + STOP_MARGIN):
+            return self._stop(deadline)
+
+    def _stop(self, deadline: float) -> int:
+        self.quiet()
+        requeued = self.manager.stop(deadline)
+        self.reaper.stop()
+        if self.config.reliable_fetch:
+            self._release_private_lists()
+        self.heartbeat.stop()
+        if self.health is not None:
+            self.health.stop()
+        self.stopped.set()
+        log.info("launcher.stopped", identity=self.identity, requeued=requeued)
+        return requeued
+
+    def _release_private_lists(self) -> None:
+        """Anything still in our private lists goes back, and we stop owning them."""
+        try:
+            recover(self.config, self.identity, died=False)
+        except Exception as exc:  # noqa: BLE001 - the reaper elsewhere will do it later
+            log.error("launcher.release_failed", error=f"{type(exc).__name__}: {exc}")
+
+    def _remote_signal(self, name: str) -> None:
+        if name == "TSTP":
+            self.quiet()
+        elif name == "TERM":
+            if self.on_stop_request is not None:
+                self.on_stop_request()
+            else:
+                threading.Thread(target=self.stop, name="wurk-remote-stop", daemon=True).start()
+        elif name == "TTIN":
+            dump_threads()
+
+
+def stop_before_exit(launcher: Launcher) -> int:
+    """Stop, then flush (or spool) the push buffers by the same drain deadline,
+    so that a process leaving during a Redis outage still leaves on time."""
+    deadline = time.monotonic() + launcher.config.shutdown_timeout
+    requeued = launcher.stop(deadline)
+    with launcher.config.pool.deadline.bounded(deadline + STOP_MARGIN):
+        flush_push_buffers()
+    return requeued
+
+
+def dump_threads() -> None:
+    """Log every thread's stack, as Sidekiq does on TTIN."""
+    frames = sys._current_frames()
+    for thread in threading.enumerate():
+        frame = frames.get(thread.ident or -1)
+        stack = "".join(traceback.format_stack(frame)) if frame else "(no frame)"
+        log.warning("thread.dump", thread=thread.name, stack=stack)

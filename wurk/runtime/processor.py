@@ -1,0 +1,181 @@
+"""The processor: runs one fetched unit of work from raw bytes to its settlement.
+
+Duties, in order, for each job:
+1. Parse, or kill: a payload that is not a job object (not JSON, NaN or an
+   overflowing number, nested too deep to decode, no class or args) goes to
+   ``dead`` as the raw string, with no retry and no failure count (as
+   Sidekiq does).
+2. Resolve the class through the registry only; an unknown name is an
+   ordinary failure, so it retries and finally dies.
+3. Run it inside the server middleware chain, timing it and logging one line
+   at start and one at the end; under cProfile when the payload asks for a
+   profile (``wurk.observe.profiler``), and timed and counted while metrics are on
+   (``wurk.observe.metrics``). With both off the run path is unchanged. Whatever the
+   job or its middleware raises, ``SystemExit`` and ``KeyboardInterrupt``
+   included, is the job's failure: nothing a job does ends the thread.
+4. On success: count it and acknowledge it. On failure: count it, call the
+   error handlers, let the retry handler say where it goes, and settle it:
+   the removal of this run's claimed copy and the write of its retry or dead
+   entry are one atomic step (``wurk.runtime.settle``), retried with backoff through
+   Redis trouble, so a failure is never followed by an acknowledgement that
+   could delete a later copy, and a job whose failure cannot be written yet
+   stays in its private list instead of vanishing. A failure that cannot
+   even be serialised sends the raw payload to ``dead``, with the reason
+   logged.
+5. Drop this execution's outcome when the launcher already pushed the job
+   back to Redis during a hard stop (the job runs again, which the
+   at-least-once contract allows), and stop retrying a settle once a hard
+   stop abandons the job (its copy stays for the stop's release or the
+   reaper).
+
+Nothing a job or Redis does makes ``process`` raise; anything that still
+does is a bug of ours, left to the manager's guard, which gives the job
+back (``Manager._give_back``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from wurk.core import logging as wlog
+from wurk.core.logging import get_logger
+from wurk.core.threads import describe
+from wurk.observe import metrics, profiler
+from wurk.push.job import Registered, Registry, UnknownJobError
+from wurk.runtime import middleware, settle
+from wurk.runtime.retry import RetryHandler
+from wurk.runtime.settle import Settlement
+from wurk.wire.payload import PayloadError, loads_job
+
+if TYPE_CHECKING:
+    from wurk.runtime.fetch import Fetch, UnitOfWork
+    from wurk.runtime.manager import Counters, InFlightTable
+    from wurk.settings.config import Config
+
+log = get_logger("wurk.runtime.processor")
+RunJob = Callable[[dict[str, Any], str, Registered | None], BaseException | None]
+
+
+class Processor:
+    def __init__(self, config: Config, registry: Registry, fetch: Fetch,
+                 counters: Counters, in_flight: InFlightTable) -> None:
+        self.config = config
+        self.registry = registry
+        self.fetch = fetch
+        self.counters = counters
+        self.in_flight = in_flight
+        self.retry = RetryHandler(config)
+        # Metrics on: every run is timed and counted. Off: the plain method, nothing added.
+        observed = metrics.for_config(config)
+        self._run_job: RunJob = self._run if observed is None else observed.timed(self._run)
+
+    def process(self, work: UnitOfWork, slot: str) -> None:
+        try:
+            job = loads_job(work.raw)
+        except PayloadError as exc:
+            self._malformed(work, slot, str(exc))
+            return
+        if not self.in_flight.begin(slot, work, job):
+            # Fetched after a hard stop gave up waiting: hand it straight back.
+            self._requeue_or_report(work)
+            return
+        # Anything raised past here is a bug of ours, not the job's: the slot
+        # stays recorded, and the manager's guard gives its job back.
+        entry = self.registry.find(job["class"])
+        failure = self._execute(job, work.queue, entry)
+        if failure is None:
+            self._succeeded(job, work, slot)
+        else:
+            self._failed(job, work, slot, failure, entry)
+            self.in_flight.finish(slot)
+
+    def _execute(self, job: dict[str, Any], queue: str,
+                 entry: Registered | None) -> BaseException | None:
+        try:
+            if "profile" in job:  # Sidekiq 8's contract; the one check an ordinary job pays
+                return profiler.profiled(self.config, job,
+                                         lambda: self._run_job(job, queue, entry))
+            return self._run_job(job, queue, entry)
+        except BaseException as exc:  # noqa: BLE001 - a profiler or metrics error: outcome unknown
+            log.error("job.run_error", jid=_jid(job), error=describe(exc))
+            return exc
+
+    def _run(self, job: dict[str, Any], queue: str,
+             entry: Registered | None) -> BaseException | None:
+        context = {"jid": _jid(job), "class": job["class"], "queue": queue, "tid": wlog.tid()}
+        # Checked once per job: with info lines off, a job pays no logging at all.
+        chatty = wlog.enabled("info")
+        if chatty:
+            log.info("job.start", **context)
+        started = time.perf_counter()
+        try:
+            if entry is None:
+                raise UnknownJobError.for_name(job["class"])
+            perform = entry.factory(job)
+            middleware.invoke(self.config.server_middleware, job, queue,
+                              lambda: perform(*job["args"]))
+        except BaseException as exc:
+            # The traceback goes with the line: JSON's "exception" field, or
+            # a readable traceback on a terminal (or in the app's logging).
+            log.warning("job.fail", elapsed=round(time.perf_counter() - started, 6),
+                        error=describe(exc), exc_info=exc, **context)
+            return exc
+        if chatty:
+            log.info("job.done", elapsed=round(time.perf_counter() - started, 6), **context)
+        return None
+
+    def _succeeded(self, job: dict[str, Any], work: UnitOfWork, slot: str) -> None:
+        if self.in_flight.finish(slot):
+            return  # requeued by a hard stop: not ours to settle any more
+        self.counters.record(failed=False)
+        self.fetch.acknowledge(work, _jid(job))
+
+    def _failed(self, job: dict[str, Any], work: UnitOfWork, slot: str, exc: BaseException,
+                entry: Registered | None) -> None:
+        if self.in_flight.abandoned(slot):
+            return  # as above; the slot stays recorded while the failure settles
+        self.counters.record(failed=True)
+        for handler in self.config.error_handlers:
+            try:
+                handler(exc, {"job": job, "queue": work.queue})
+            except BaseException as hook_error:  # noqa: BLE001
+                log.warning("error_handler.failed", error=describe(hook_error), jid=_jid(job))
+        try:
+            settlement = self.retry.plan(job, work.queue, exc, entry.options if entry else None)
+        except BaseException as unwritable:  # noqa: BLE001 - e.g. a middleware left a non-JSON value
+            log.error("retry.unrecordable", jid=_jid(job), error=describe(unwritable),
+                      failure=describe(exc))
+            settlement = Settlement.dead(work.raw)
+        if self._settle(work, slot, _jid(job), settlement):
+            log.info(f"job.{settlement.outcome}", jid=_jid(job), queue=work.queue,
+                     retry_count=job.get("retry_count"))
+
+    def _malformed(self, work: UnitOfWork, slot: str, reason: str) -> None:
+        log.error("job.malformed", queue=work.queue, error=reason,
+                  payload=work.raw[:200].decode("utf-8", "replace"))
+        if not self.in_flight.begin(slot, work, {}):
+            self._requeue_or_report(work)
+            return
+        self._settle(work, slot, None, Settlement.dead(work.raw))
+        self.in_flight.finish(slot)
+
+    def _settle(self, work: UnitOfWork, slot: str, jid: str | None,
+                settlement: Settlement) -> bool:
+        return settle.until_settled(
+            self.config, self.fetch, work, settlement, jid=jid, rng=self.retry.rng,
+            abandoned=lambda wait: self.in_flight.wait_abandoned(slot, wait))
+
+    def _requeue_or_report(self, work: UnitOfWork) -> None:
+        try:
+            self.fetch.requeue([work])
+        except Exception as redis_error:  # noqa: BLE001
+            log.error("job.lost", queue=work.queue, error=repr(redis_error),
+                      payload=work.raw[:200].decode("utf-8", "replace"))
+
+
+def _jid(job: dict[str, Any]) -> str | None:
+    """The jid if it is a string: anything else from Redis is not worth a log field."""
+    jid = job.get("jid")
+    return jid if isinstance(jid, str) else None

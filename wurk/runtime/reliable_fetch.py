@@ -1,0 +1,437 @@
+"""Reliable fetch: a job leaves Redis only when its processor acknowledges it.
+
+Duties:
+1. One fetcher thread per process claims one job for each processor thread
+   that waits with none on its way (all of them in one round trip when
+   several wait), moving them atomically (CLAIM script) from their queue to
+   a private list owned by this process's identity; acknowledgements waiting
+   to be sent ride along in the same round trip. A process therefore never
+   holds more jobs than it has threads, and a job that no thread runs stays
+   in its queue, visible and free for others. When every queue is empty the
+   fetcher blocks on BRPOPLPUSH instead of polling; the job that lands waits
+   for the next CLAIM to check it before a thread gets it (at maxmemory,
+   where Redis refuses that move but not the claim, it polls with claims).
+   The owner registration at start is retried before a blocking move if it
+   failed: a claim registers what it moves, a blocking move does not.
+   Anything its loop raises is logged (``fetch.error``) and the loop goes on
+   after a pause; the thread runs under :mod:`wurk.core.threads`.
+2. Suspects (jobs recovered from a dead process, see wurk.runtime.reaper) run alone:
+   CLAIM hands one only to a process that holds no other job. While one
+   runs, or while one waits at the head of a queue for this process to hold
+   nothing, the fetcher claims and blocks for nothing else.
+3. ``acknowledge`` removes a finished job from the private list and retires
+   its poison-pill counter and suspect mark (batched with the next claim, or
+   sent at once by the processor when the fetcher is blocked). A failed job
+   is not acknowledged: ``settle`` removes its copy and writes its retry or
+   dead entry in one script (``wurk.runtime.settle``), so no acknowledgement can
+   outlive a failure and delete a later copy of the job.
+4. ``requeue`` gives unfinished jobs back to their queues (REQUEUE script),
+   so a stop never loses one.
+5. After any disruption of the pool (a claim whose reply was lost, a
+   failover, a restarted Redis), ``resync`` gives back whatever sits in the
+   private lists that this process does not know it holds. A promoted
+   replica may lack an acknowledgement the old primary took; without this
+   the job would wait in a live process's private list until it exits.
+
+The round trips themselves are wurk.runtime.private_lists; recovering a dead
+process's lists is the reaper's job (wurk.runtime.reaper).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+import redis.exceptions as rx
+
+from wurk.core import threads
+from wurk.core.logging import get_logger
+from wurk.runtime import private_lists, settle
+from wurk.runtime.fetch import PausedQueues, UnitOfWork
+from wurk.runtime.private_lists import SUSPECT_WAITS, Ack
+from wurk.wire import keys
+
+if TYPE_CHECKING:
+    from wurk.runtime.settle import Settlement
+    from wurk.settings.config import Config
+    from wurk.settings.queues import QueuePlan
+
+log = get_logger("wurk.runtime.fetch")
+ERROR_PAUSE = 1.0
+# The longest a finished job waits for its acknowledgement to be sent.
+ACK_DELAY = 0.05
+
+
+class ReliableFetch:
+    def __init__(self, config: Config, plan: QueuePlan, identity: str) -> None:
+        self.config = config
+        self.plan = plan
+        self.identity = identity
+        # One lock for the bookkeeping; the fetcher waits on _wake. Claimed
+        # jobs travel to processors through a SimpleQueue, whose blocking get
+        # is a C lock: far cheaper per job than a Python Condition.
+        self._cond = threading.Lock()
+        self._wake = threading.Condition(self._cond)
+        self._ready: queue.SimpleQueue[UnitOfWork | None] = queue.SimpleQueue()
+        # Acks wait to ride along with the next claim, briefly.
+        self._acks: list[Ack] = []
+        self._acks_since = 0.0
+        self._ack_batch = max(1, config.concurrency)
+        # Claimed and not yet acknowledged or given back, by object identity
+        # (cheap per job); resync, which is rare, compares payloads.
+        self._held: dict[int, UnitOfWork] = {}
+        # Threads waiting in fetch, and jobs handed over that none has taken
+        # yet: a thread counts in both until it has taken its job, so their
+        # difference is exactly the threads still to claim for.
+        self._waiting = 0
+        self._pending = 0
+        # Ack flushes sent by processor threads, still under way.
+        self._flushing = 0
+        self._suspect: UnitOfWork | None = None
+        self._suspect_waits = False
+        # Moved by BRPOPLPUSH, held back until a CLAIM has checked it.
+        self._landed: UnitOfWork | None = None
+        self._blocking = False
+        self._stopping = False
+        self._quiet = False
+        self._thread: threading.Thread | None = None
+        self._registered = True
+        self._resync_pending = False
+        self._disruptions_seen = config.pool.disruptions
+        self.paused = PausedQueues(config)
+        single = len(plan.names) == 1
+        # With one queue a blocking move waits on all our work; with several
+        # it can only wait on one, so it wakes often enough to look at the rest.
+        self._block_seconds = config.fetch_timeout if single else min(
+            config.fetch_timeout, config.reliable_poll_interval)
+
+    # -- lifecycle ------------------------------------------------------------
+    def start(self) -> None:
+        try:
+            self._register()
+        except Exception as exc:  # noqa: BLE001 - at maxmemory the claim still works
+            # CLAIM registers what it moves; only a blocking move needs this first.
+            log.warning("fetch.register_failed", error=f"{type(exc).__name__}: {exc}")
+            self._registered = False
+        self._thread = threads.start("fetcher", self._loop, stopped=lambda: self._stopping)
+
+    def quiet(self) -> None:
+        """Stop claiming; jobs claimed but not yet started go straight back."""
+        with self._cond:
+            self._quiet = True
+            unstarted = self._take_ready()
+            self._wake.notify_all()
+        self._release_waiters()
+        self._give_back(unstarted)
+
+    def stop(self) -> None:
+        """Stop the fetcher; hand back claimed-but-unstarted jobs and flush acks."""
+        with self._cond:
+            self._stopping = True
+            self._wake.notify_all()
+        self._release_waiters()
+        if self._thread is not None:
+            self._thread.join(self.config.pool.deadline.clip(
+                self.config.fetch_timeout + self.config.redis_read_timeout + 1))
+        with self._cond:
+            unstarted = self._take_ready() + ([self._landed] if self._landed else [])
+            self._landed = None
+        self._flush_acks()
+        self._give_back(unstarted)
+
+    # -- the processor side ---------------------------------------------------
+    def fetch(self) -> UnitOfWork | None:
+        try:
+            work = self._ready.get_nowait()
+        except queue.Empty:
+            work = self._wait_for_work()
+        else:
+            with self._cond:
+                self._pending -= work is not None
+        if work is not None and self._quiet:
+            # Claimed before quiet but not started: it goes back, not run.
+            self._give_back([work])
+            return None
+        return work
+
+    def _wait_for_work(self) -> UnitOfWork | None:
+        with self._cond:
+            if self._stopping or self._quiet:
+                return None
+            self._waiting += 1
+            self._wake.notify()
+        work = None
+        try:
+            work = self._ready.get(timeout=self.config.fetch_timeout)
+        except queue.Empty:
+            pass
+        finally:
+            with self._cond:
+                # Both at once: the fetcher must never see this thread gone
+                # while its job still counts as on its way, or the reverse.
+                self._waiting -= 1
+                if work is not None:
+                    self._pending -= 1
+        return work
+
+    def _release_waiters(self) -> None:
+        """Wake processors blocked in fetch (quiet or stop): each gets None."""
+        for _ in range(self._waiting):
+            self._ready.put(None)
+
+    def _take_ready(self) -> list[UnitOfWork]:
+        """Empty the hand-over queue of claimed-but-unstarted jobs (caller holds the lock)."""
+        taken: list[UnitOfWork] = []
+        while True:
+            try:
+                work = self._ready.get_nowait()
+            except queue.Empty:
+                self._pending -= len(taken)
+                return taken
+            if work is not None:
+                taken.append(work)
+
+    def acknowledge(self, work: UnitOfWork, jid: str | None = None) -> None:
+        with self._cond:
+            if not self._acks:
+                self._acks_since = time.monotonic()
+            self._acks.append((work, jid))
+            direct = self._blocking or self._stopping
+            if len(self._acks) >= self._ack_batch:
+                self._wake.notify()
+        if direct:
+            self._flush_acks()
+
+    def settle(self, work: UnitOfWork, jid: str | None, settlement: Settlement) -> bool:
+        """Remove this run's copy and write the failed job's entry, in one script."""
+        settled = settle.write(self.config, settlement, keys.wip(self.identity, work.queue),
+                               work.raw, keys.pill(jid) if jid else "")
+        with self._cond:
+            self._release(work)
+            self._wake.notify()
+        return settled
+
+    def requeue(self, works: Iterable[UnitOfWork]) -> int:
+        works = list(works)
+        if not works:
+            return 0
+        moved = private_lists.give_back(self.config, self.identity, works)
+        with self._cond:
+            for work in works:
+                self._release(work)
+            self._wake.notify()
+        return moved
+
+    # -- the fetcher thread --------------------------------------------------
+    def _loop(self) -> None:
+        while (due := self._next_round()) is not None:
+            want, acks = due
+            try:
+                self._round(want, acks)
+            except BaseException as exc:  # noqa: BLE001 - keep fetching through any trouble
+                self._recover_from(exc, acks)
+
+    def _next_round(self) -> tuple[int, list[Ack]] | None:
+        """Wait until there is a claim, a landed job or acks to send; None once stopping."""
+        with self._cond:
+            while not self._stopping and self._landed is None and not self._want() \
+                    and not self._acks_due():
+                self._wake.wait(ACK_DELAY if self._acks else None)
+        # Yield the GIL until no more threads come to wait (a pass per thread
+        # at most): threads just finishing a job get to queue their ack and
+        # wait, so one round trip serves them all.
+        want = -1
+        while True:
+            time.sleep(0)
+            with self._cond:
+                if self._stopping:
+                    return None
+                more = self._want()
+                if more <= want:
+                    acks, self._acks = self._acks, []
+                    return more, acks
+            want = more
+
+    def _round(self, want: int, acks: list[Ack]) -> None:
+        if self._needs_resync():
+            # No claim until a resync succeeds, or strays could sit
+            # in our private lists for ever.
+            self.resync()
+            self._resync_pending = False
+        looked = want > 0 or self._landed is not None
+        claimed = self._claim(want, acks, self._landed)
+        if looked and self._suspect_waits and not self._held:
+            # CLAIM saw jobs in our lists that we do not know we hold: give
+            # them back before looking again, and never spin meanwhile.
+            self._resync_pending = True
+            self._pause(self.config.reliable_poll_interval)
+        elif want and not claimed and not self._suspect_waits:
+            self._landed = self._block()
+
+    def _needs_resync(self) -> bool:
+        seen = self.config.pool.disruptions
+        if seen != self._disruptions_seen:
+            self._disruptions_seen = seen
+            self._resync_pending = True
+        return self._resync_pending
+
+    def _want(self) -> int:
+        """Jobs to claim now (caller holds the lock): one per waiting thread
+        with none on its way; none while a suspect runs or waits for us to
+        hold nothing, or while a processor's ack flush is under way."""
+        shortfall = self._waiting - self._pending
+        if self._quiet or shortfall <= 0 or self._flushing:
+            return 0
+        if (self._suspect is not None or self._suspect_waits) and not self._idle():
+            return 0
+        return shortfall
+
+    def _idle(self) -> bool:
+        """Every job we hold has finished, its ack waiting to go (caller holds the lock)."""
+        acked = {id(work) for work, _ in self._acks}
+        return all(key in acked for key in self._held)
+
+    def _acks_due(self) -> bool:
+        """Caller holds the lock."""
+        return bool(self._acks) and (len(self._acks) >= self._ack_batch
+                                     or time.monotonic() - self._acks_since >= ACK_DELAY)
+
+    def _claim(self, want: int, acks: list[Ack], landed: UnitOfWork | None = None) -> int:
+        claimed = private_lists.claim(self.config, self.identity, self.plan.order(), want,
+                                      landed=landed, acks=acks)
+        with self._cond:
+            for work, _ in acks:
+                self._release(work)
+            if landed is not None:
+                self._release(landed)  # the reply holds it again if it is ours to run
+                self._landed = None
+            for work in claimed.works:
+                self._hand_over(work)
+            self._suspect = claimed.suspect or self._suspect
+            if want > 0 or landed is not None:  # the script looked at the queues
+                self._suspect_waits = claimed.status == SUSPECT_WAITS
+        self._give_back_if_quiet()
+        return len(claimed.works)
+
+    def _block(self) -> UnitOfWork | None:
+        """Wait for work on the first unpaused queue (or just wait, if all are paused).
+
+        Returns the job that landed in our private list, not yet handed over.
+        """
+        paused = self.paused.current()
+        name = next((q for q in self.plan.order() if q not in paused), None)
+        if name is None:
+            self._pause(self._block_seconds)
+            return None
+        with self._cond:
+            self._blocking = True
+        try:
+            # Acks that came in since the claim would otherwise wait out the block.
+            self._flush_acks()
+            if not self._registered:
+                self._register()
+            raw = private_lists.wait_and_move(self.config, self.identity, name,
+                                              self._block_seconds)
+        except rx.OutOfMemoryError:
+            # At maxmemory Redis refuses a blocking move (and the registration
+            # before it), while a claim, which frees first, still works: wait
+            # as the block would have, then claim again.
+            raw = None
+            self._pause(self._block_seconds)
+        finally:
+            with self._cond:
+                self._blocking = False
+        if raw is None:
+            return None
+        work = UnitOfWork(name, raw)
+        with self._cond:
+            self._held[id(work)] = work
+        return work
+
+    def _register(self) -> None:
+        """Own our private lists before a blocking move can fill one (which
+        registers nothing itself), so recovery always finds them."""
+        self.config.pool.pipeline(
+            [("SADD", keys.WIP_OWNERS, self.identity),
+             ("SADD", keys.wip_queues(self.identity), *self.plan.names)], idempotent=True)
+        self._registered = True
+
+    def _pause(self, seconds: float) -> None:
+        with self._cond:
+            if not self._stopping:
+                self._wake.wait(seconds)
+
+    def _give_back_if_quiet(self) -> None:
+        """Jobs that landed after quiet (a claim or block already under way) go straight back."""
+        with self._cond:
+            if not self._quiet:
+                return
+            unstarted = self._take_ready()
+        self._give_back(unstarted)
+
+    def _give_back(self, unstarted: list[UnitOfWork]) -> None:
+        """Requeue claimed-but-unstarted jobs. If Redis is away they stay in the
+        private list, for the release at stop or, failing that, the reaper."""
+        if not unstarted:
+            return
+        try:
+            self.requeue(unstarted)
+        except Exception as exc:  # noqa: BLE001 - quiet and stop must not fail on Redis
+            log.error("fetch.requeue_failed", jobs=len(unstarted),
+                      error=f"{type(exc).__name__}: {exc}")
+
+    def _hand_over(self, work: UnitOfWork) -> None:
+        """Caller holds the lock."""
+        self._held[id(work)] = work
+        self._pending += 1
+        self._ready.put(work)
+
+    def _release(self, work: UnitOfWork) -> None:
+        """Caller holds the lock."""
+        self._held.pop(id(work), None)
+        if work is self._suspect:
+            self._suspect = None
+
+    def _flush_acks(self) -> None:
+        with self._cond:
+            acks, self._acks = self._acks, []
+            if not acks:
+                return
+            self._flushing += 1
+        sent = False
+        try:
+            private_lists.settle(self.config, self.identity, acks)
+            sent = True
+        except Exception as exc:  # noqa: BLE001
+            log.error("fetch.ack_failed", jobs=len(acks), error=f"{type(exc).__name__}: {exc}")
+        finally:
+            with self._cond:
+                if sent:
+                    for work, _ in acks:
+                        self._release(work)
+                else:
+                    self._acks = acks + self._acks
+                self._flushing -= 1
+                self._wake.notify()
+
+    def _recover_from(self, exc: BaseException, acks: list[Ack]) -> None:
+        log.error("fetch.error", error=f"{type(exc).__name__}: {exc}")
+        with self._cond:
+            # Acks are safe to send again; claims that may have landed are
+            # found by the resync the loop runs before its next claim.
+            self._acks = acks + self._acks
+        time.sleep(ERROR_PAUSE)
+
+    def resync(self) -> int:
+        """Give back private-list entries this process does not know it holds."""
+        with self._cond:
+            held = list(self._held.values())
+        strays = private_lists.strays(self.config, self.identity, self.plan.names, held)
+        if strays:
+            private_lists.give_back(self.config, self.identity, strays)
+            log.warning("fetch.resynced", jobs=len(strays))
+        return len(strays)
+

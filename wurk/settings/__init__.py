@@ -1,0 +1,1 @@
+"""Settings: the Config object, where values come from, and their checks."""

@@ -1,0 +1,79 @@
+"""Checks of a whole :class:`wurk.settings.config.Config` beyond each value's type.
+
+Duties:
+1. :func:`problems`: every setting whose value cannot be used, as (key,
+   reason) pairs: a choice outside its list, a number outside its range
+   (:mod:`wurk.settings.limits`), a Redis URL that does not parse whole
+   (:mod:`wurk.settings.redis_url`), Sentinel settings that do not fit together, a
+   metrics URL or health address that does not parse.
+2. Quote no value unredacted: the caller quotes the setting through
+   :func:`wurk.core.redaction.shown`, so reasons cannot carry a password.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from wurk.core.redaction import redact_url
+from wurk.settings.limits import range_problems
+from wurk.settings.redis_url import MAX_PORT, RedisUrlError, parse_redis_url
+
+if TYPE_CHECKING:
+    from wurk.settings.config import Config
+
+_CHOICES = {
+    "timestamps": ("float", "ms"),
+    "log_format": ("auto", "json", "console"),
+    "log_level": ("debug", "info", "warning", "error", "critical"),
+}
+
+
+def problems(config: Config) -> list[tuple[str, str]]:
+    def value(key: str) -> Any:
+        return getattr(config, key)
+
+    found = [(k, f"must be one of {', '.join(v)}") for k, v in _CHOICES.items()
+             if str(value(k)).lower() not in v]
+    found += range_problems(config)
+    if not config.queues:
+        found.append(("queues", "must name at least one queue"))
+    if bool(config.sentinels) != bool(config.sentinel_master):
+        found.append(("sentinel_master", "must be set exactly when sentinels are"))
+    bad_address = next((a for a in config.sentinels if not _is_host_port(a)), None)
+    if bad_address is not None:
+        found.append(("sentinels", f"must be host:port entries with a port from 1 to "
+                                   f"{MAX_PORT} ({redact_url(bad_address)!r} is not)"))
+    try:
+        parse_redis_url(config.redis_url, host_required=not config.sentinels)
+    except RedisUrlError as exc:
+        found.append(("redis_url", str(exc)))
+    return found + _observability_problems(config)
+
+
+def _observability_problems(config: Config) -> list[tuple[str, str]]:
+    found: list[tuple[str, str]] = []
+    # Imported only when set: these modules are not needed by a config without them.
+    try:
+        if config.metrics_url is not None:
+            from wurk.observe.metrics import parse_url  # noqa: PLC0415
+
+            parse_url(config.metrics_url)
+    except ValueError as exc:
+        found.append(("metrics_url", str(exc)))
+    try:
+        if config.health_listen is not None:
+            from wurk.runtime.health import parse_listen  # noqa: PLC0415
+
+            parse_listen(config.health_listen)
+    except ValueError as exc:
+        found.append(("health_listen", str(exc)))
+    if config.metrics_prometheus and config.health_listen is None:
+        found.append(("metrics_prometheus", "needs health_listen (it is served there)"))
+    return found
+
+
+def _is_host_port(address: str) -> bool:
+    host, _, port = address.rpartition(":")
+    # A host with "@" or "/" is a URL's userinfo or path: redis-py would quote it in errors.
+    plain_host = bool(host) and not any(c in host for c in "@/ \t\0")
+    return plain_host and port.isascii() and port.isdigit() and 1 <= int(port) <= MAX_PORT

@@ -1,0 +1,1 @@
+"""The Sidekiq wire format: key names, Lua scripts and payload codecs."""
