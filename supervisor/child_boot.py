@@ -40,14 +40,14 @@ from typing import TYPE_CHECKING, NoReturn
 import setproctitle
 
 from supervisor.liveness import pulser
-from wurk.cli import load_modules
 from wurk.core import logging as wlog
 from wurk.core import threads
-from wurk.observe import metrics
 from wurk.push.buffered import flush_push_buffers
-from wurk.push.client import Client
+from wurk.redis.pools import close_pool, pool_for
 from wurk.redis.wait import wait_or_signal
+from wurk.runtime import forking
 from wurk.runtime.launcher import Launcher, dump_threads, stop_before_exit
+from wurk.runtime.loading import load_modules
 from wurk.settings.config import configure
 
 if TYPE_CHECKING:
@@ -110,7 +110,7 @@ def _boot_and_work(slot: Slot, index: int, parent_pid: int, ready_fd: int,
         load_modules(slot.config.require)
         # Pulses while waiting: the parent counts a child that waits out a
         # Redis outage as present, not as a slot that cannot fill.
-        if not wait_or_signal(slot.config.pool, *wakeup, lambda n: _while_booting(n, quiet),
+        if not wait_or_signal(pool_for(slot.config), *wakeup, lambda n: _while_booting(n, quiet),
                               alive=pulser(ready_fd)):
             log.info("child.stopped_while_waiting", slot=slot.name, index=index)
             return EX_OK
@@ -134,13 +134,15 @@ def _boot_and_work(slot: Slot, index: int, parent_pid: int, ready_fd: int,
 
 
 def reset_after_fork(slot: Slot) -> None:
-    """The explicit resets, in order: Redis pools, client, buffered push, statsd."""
+    """Install the slot's config as this process's default.
+
+    The at-fork hook (:mod:`wurk.runtime.forking`) already dropped the parent's
+    state; running it again here, after the default changed, keeps the order
+    fixed: no socket of the parent's is used once Redis and the client are new.
+    """
     configure(slot.config)
-    slot.config.reset_pool()
-    Client._default = None
-    # The at-fork hook already did this; saying it here keeps the order fixed:
-    # no statsd socket of the parent's is used once Redis and the client are fresh.
-    metrics.reset()
+    close_pool(slot.config)
+    forking.forget_parent_state()
     random.seed()
     wlog.setup(slot.config.log_level, slot.config.log_format)
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from wurk.core import logging as wlog
+from wurk.redis.pools import pool_for
 from wurk.runtime.reaper import recover
 from wurk.wire import keys
 
@@ -57,7 +58,7 @@ class Reaped:
 
 def forget(slot: Slot, identity: str) -> None:
     """The dead child leaves ``processes`` and its hashes go, as a clean exit would do."""
-    slot.config.pool.pipeline(
+    pool_for(slot.config).pipeline(
         [("SREM", keys.PROCESSES, identity),
          ("UNLINK", identity, keys.work_6_4(identity), keys.work(identity),
           keys.signals(identity))],

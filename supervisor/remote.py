@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wurk.core import logging as wlog
+from wurk.redis.pools import pool_for
 from wurk.wire import keys
 from wurk.wire.lua import BEAT
 
@@ -92,7 +93,7 @@ class RemoteControl:
         self._touched = True
         fields = self._fields(snapshot)
         try:
-            signal = self.config.pool.run(lambda c: BEAT.run(
+            signal = pool_for(self.config).run(lambda c: BEAT.run(
                 c, [keys.SWARMS, self.identity, keys.signals(self.identity)],
                 [self.identity, keys.HEARTBEAT_TTL, *fields]), attempts=1)
         except Exception as exc:  # noqa: BLE001 - Redis trouble: try again next refresh
@@ -123,7 +124,7 @@ class RemoteControl:
         try:
             # Replay-safe, but one try all the same: the swarm is exiting and
             # a leftover hash expires within a minute anyway.
-            self.config.pool.pipeline(
+            pool_for(self.config).pipeline(
                 [("SREM", keys.SWARMS, self.identity),
                  ("UNLINK", self.identity, keys.signals(self.identity))],
                 idempotent=True, attempts=1)

@@ -20,6 +20,7 @@ import psutil
 
 from supervisor import liveness
 from wurk.core import logging as wlog
+from wurk.redis.pools import pool_for
 
 if TYPE_CHECKING:
     from supervisor.swarm import Child
@@ -47,7 +48,7 @@ def busy_counts(children: Iterable[Child]) -> dict[int, int]:
     counts: dict[int, int] = {}
     for name, asked in by_slot.items():
         try:
-            with asked[0].slot.config.pool.conn() as conn:
+            with pool_for(asked[0].slot.config).conn() as conn:
                 replies = conn.pipeline([("HGET", c.identity, "busy") for c in asked])
         except Exception as exc:  # noqa: BLE001 - a status dump must not fail on Redis trouble
             log.warning("swarm.status_busy_unknown", slot=name,

@@ -51,10 +51,11 @@ from supervisor.child_boot import EX_BOOT, MANAGED_SIGNALS, run_child
 from supervisor.reaped import Reaped
 from supervisor.remote import RemoteControl, SwarmSnapshot
 from supervisor.systemd import Notifier
-from wurk.cli import load_modules
 from wurk.core import logging as wlog
 from wurk.core import pids
 from wurk.core.threads import describe
+from wurk.redis.pools import close_pool
+from wurk.runtime.loading import load_modules
 
 if TYPE_CHECKING:
     from supervisor.topology import Slot, Topology
@@ -162,9 +163,9 @@ class Swarm:
         self.register_drain_hooks()
         load_modules(self.topology.base.require)
         # The parent never works jobs; close what the preload may have opened.
-        self.topology.base.reset_pool()
+        close_pool(self.topology.base)
         for slot in self.topology.slots:
-            slot.config.reset_pool()
+            close_pool(slot.config)
         for state in self.slots.values():
             for index in range(state.wanted):
                 self._spawn(state.slot, index)

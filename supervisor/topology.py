@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from wurk.runtime.health import parse_listen
+from wurk.settings.addresses import parse_listen
 from wurk.settings.config import Config, ConfigError, environment_layer
 from wurk.settings.limits import MAX_CONCURRENCY, MAX_TIMEOUT, Range
 from wurk.settings.queues import QueueSpecError, parse_queue

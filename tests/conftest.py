@@ -23,6 +23,7 @@ from faultproxy import FaultProxy
 import wurk
 from wurk.core import logging as wlog
 from wurk.push.job import JobFunction
+from wurk.redis.pools import close_pool
 from wurk.runtime.launcher import Launcher
 from wurk.settings.config import Config
 
@@ -118,7 +119,7 @@ def config(redis_server: RedisServer, r: redis.Redis) -> Iterator[Config]:
     wurk.configure(cfg)
     wurk.Client._default = None
     yield cfg
-    cfg.reset_pool()
+    close_pool(cfg)
 
 
 @pytest.fixture

@@ -42,7 +42,8 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 import wurk
-from wurk.redis.pool import ConnectError
+from wurk.redis.policy import ConnectError
+from wurk.redis.pools import close_pool
 from wurk.runtime.reliable_fetch import ReliableFetch
 from wurk.settings.config import Config
 from wurk.settings.queues import parse_queues
@@ -221,7 +222,7 @@ def test_faults_between_worker_and_redis_lose_nothing(
         assert_none_lost_then_stop(r, tally, worker)
     finally:
         proxy.close()
-        config.reset_pool()
+        close_pool(config)
 
 
 # (b) ---------------------------------------------------------------------------
@@ -287,7 +288,7 @@ def test_redis_restart_on_its_aof_loses_nothing(
     finally:
         pusher.stop()
         r.close()
-        config.reset_pool()
+        close_pool(config)
 
 
 # (b') --------------------------------------------------------------------------
@@ -345,7 +346,7 @@ def test_pushes_refused_while_redis_loads_its_data_are_buffered_not_dropped(
         probe.close()
     finally:
         if config is not None:
-            config.reset_pool()
+            close_pool(config)
         if loading is not None:
             loading.kill()
             loading.wait(10)
@@ -430,7 +431,7 @@ def test_swarm_children_killed_again_and_again_lose_nothing(
         swarm.proc.send_signal(signal.SIGTERM)
         assert swarm.proc.wait(15) == 0, swarm.log()[-3000:]
     finally:
-        config.reset_pool()
+        close_pool(config)
 
 
 # (a') --------------------------------------------------------------------------
@@ -473,4 +474,4 @@ def test_a_lost_claim_is_given_back_even_when_the_first_resync_fails(
     finally:
         fetch.stop()
         proxy.close()
-        config.reset_pool()
+        close_pool(config)

@@ -20,6 +20,7 @@ from conftest import RedisServer, fill_to_maxmemory, free_port
 from faultproxy import FaultProxy
 from waiting import wait_for
 
+from wurk.redis.pools import close_pool
 from wurk.runtime.reaper import recover
 from wurk.settings.config import Config
 from wurk.wire.payload import new_jid
@@ -464,7 +465,7 @@ def test_term_while_redis_hangs_drains_on_time_and_loses_nothing(
         try:
             recover(config, identity)
         finally:
-            config.reset_pool()
+            close_pool(config)
         assert sorted(client.lrange("queue:default", 0, -1)) == sorted(raws)
     finally:
         client.close()

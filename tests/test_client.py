@@ -14,6 +14,7 @@ import redis
 import wurk
 from wurk.push.client import BULK_BATCH, Client
 from wurk.push.job import Registry
+from wurk.redis.pools import close_pool
 from wurk.settings.config import Config
 from wurk.wire import keys
 
@@ -108,7 +109,7 @@ def test_ms_timestamps_are_integer_milliseconds(redis_server: Any, r: redis.Redi
         Client(cfg).push({"class": "A", "args": []})
         after = int(time.time() * 1000) + 1
     finally:
-        cfg.reset_pool()
+        close_pool(cfg)
     raw, job = only_job(r)
     assert re.search(r'"created_at":\d{13}[,}]', raw)
     assert re.search(r'"enqueued_at":\d{13}[,}]', raw)

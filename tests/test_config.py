@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 import wurk
+from wurk.redis.pools import close_pool
 from wurk.settings.config import _TYPES, DEFAULT_REDIS_URL, Config, ConfigError
 from wurk.settings.limits import RANGES
 
@@ -199,7 +200,7 @@ def test_configure_installs_default(redis_server: Any) -> None:
         assert wurk.default_config() is config
     finally:
         wurk.configure(previous)
-        config.reset_pool()
+        close_pool(config)
 
 
 # -- errors: source + key + value ------------------------------------------------

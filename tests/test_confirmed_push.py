@@ -26,7 +26,8 @@ from wurk.push import buffered
 from wurk.push.buffered import PendingPush
 from wurk.push.client import Client
 from wurk.push.confirmed import ConfirmedPush, PushNotConfirmedError
-from wurk.redis.pool import ConnectError
+from wurk.redis.policy import ConnectError
+from wurk.redis.pools import close_pool
 from wurk.settings.config import Config, ConfigError
 from wurk.wire import keys
 
@@ -82,7 +83,7 @@ def close_pools() -> Iterator[None]:
     """Close every test client's connections, so none is left to the collector."""
     yield
     while _configs:
-        _configs.pop().reset_pool()
+        close_pool(_configs.pop())
 
 
 def make_client(url: str, **settings: Any) -> Client:

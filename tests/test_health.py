@@ -19,8 +19,9 @@ from conftest import RedisServer, free_port, start_redis
 from waiting import wait_for
 
 from supervisor.topology import TopologyError, load
-from wurk.runtime.health import HealthChecks, HealthServer, listen_address, parse_listen
+from wurk.runtime.health import HealthChecks, HealthServer
 from wurk.runtime.launcher import Launcher
+from wurk.settings.addresses import listen_address, parse_listen
 from wurk.settings.config import Config, ConfigError
 
 

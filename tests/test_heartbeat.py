@@ -21,9 +21,10 @@ from waiting import wait_for
 
 import wurk
 from wurk.push.job import JobFunction, registry
+from wurk.redis.pools import close_pool
 from wurk.runtime.heartbeat import Heartbeat, make_identity
+from wurk.runtime.inflight import Counters, InFlightTable
 from wurk.runtime.launcher import Launcher
-from wurk.runtime.manager import Counters, InFlightTable
 from wurk.settings.config import Config
 from wurk.settings.queues import parse_queues
 from wurk.version import __version__
@@ -278,7 +279,7 @@ def test_at_maxmemory_the_beat_lands_and_refused_counts_wait_for_the_next(
         heartbeat.beat()
         assert client.get("stat:processed") == client.get("stat:failed") == "1"
     finally:
-        config.reset_pool()
+        close_pool(config)
         client.close()
 
 

@@ -40,6 +40,7 @@ from waiting import wait_for
 
 import wurk
 from wurk.api import ProcessSet, Queue, ScheduledSet, Stats, Workers
+from wurk.redis.pools import close_pool
 from wurk.runtime.launcher import Launcher
 from wurk.settings.config import Config
 
@@ -63,7 +64,7 @@ def wurk_config(config: Config) -> Iterator[Config]:
     try:
         yield cfg
     finally:
-        cfg.reset_pool()
+        close_pool(cfg)
 
 
 def ruby_dump(config: Config) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from waiting import wait_for
 
 import wurk
 from wurk.push.job import registry
+from wurk.redis.pools import close_pool, pool_for
 from wurk.runtime.launcher import Launcher
 from wurk.settings.config import Config
 from wurk.wire.payload import dumps
@@ -273,7 +274,7 @@ def closing_pool(config: Config) -> Iterator[Config]:
     try:
         yield config
     finally:
-        config.reset_pool()
+        close_pool(config)
 
 
 @contextmanager
@@ -298,7 +299,7 @@ def python_jobs(config: Config) -> Iterator[threading.Event]:
     PySlow blocks until the yielded event is set (at most 20 s). Every run is
     recorded in ``interop:py-runs``.
     """
-    pool = config.pool
+    pool = pool_for(config)
     release = threading.Event()
 
     def record(job: wurk.Job, args: tuple[Any, ...], **extra: Any) -> None:

@@ -45,6 +45,7 @@ from waiting import wait_for
 
 import wurk
 from wurk.api import DeadSet, ProcessSet, Queue, RetrySet, Workers
+from wurk.redis.pools import close_pool
 from wurk.runtime.launcher import Launcher
 from wurk.settings.config import Config
 from wurk.wire.payload import new_jid
@@ -155,7 +156,7 @@ def test_ms_timestamps_write_sidekiq_8_integer_milliseconds(config: Config,
                 assert re.fullmatch(MS_STAMP, stamp_of(again, "retried_at"))
                 assert json.loads(again)["retry_count"] == 0  # 0, retry() -1, failed again 0
     finally:
-        cfg.reset_pool()
+        close_pool(cfg)
     # Why "ms" is for Sidekiq 8 fleets only: 6.4 takes the integer as seconds.
     dump = run_ruby(config.redis_url, "api.rb", "dump")
     [parked] = [q for q in dump["queues"] if q["name"] == "parked"]
@@ -242,4 +243,4 @@ def test_queue_modes_are_reported_as_sidekiq_7_capsules_do(
     assert info["capsules"]["default"] == {"concurrency": cfg.concurrency, "mode": mode,
                                            "weights": weights}
     assert info["weights"] == [weights] and info["queues"] == list(weights)
-    cfg.reset_pool()
+    close_pool(cfg)

@@ -23,6 +23,7 @@ from wurk.api.profiles import ProfileNotFoundError, ProfileSet
 from wurk.cli import main
 from wurk.observe import profiler
 from wurk.push.job import make_options, registry
+from wurk.redis.pools import close_pool
 from wurk.runtime.launcher import Launcher
 from wurk.settings.config import Config
 
@@ -137,7 +138,7 @@ def test_profile_write_failure_leaves_the_job_result_alone(config: Config) -> No
                                    lambda: calls.append(1) or "done")
         assert result == "done" and calls == [1]
     finally:
-        dead.reset_pool()
+        close_pool(dead)
 
 
 def test_job_option_profile_puts_a_token_in_the_payload(config: Config, r: redis.Redis) -> None:

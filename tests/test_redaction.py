@@ -21,7 +21,7 @@ from conftest import RedisServer, free_port, start_redis
 
 from wurk.core import logging as wlog
 from wurk.core.redaction import redact_text, redact_url, shown
-from wurk.redis.pool import SentinelSettings
+from wurk.redis.sentinel import SentinelSettings
 from wurk.settings.config import Config
 
 REPO = Path(__file__).resolve().parent.parent

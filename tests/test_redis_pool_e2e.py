@@ -22,8 +22,10 @@ from conftest import RedisServer, reap_probe_clients, start_redis
 from faultproxy import FaultProxy
 from recording import Recorder
 
+from wurk.redis.connection import Conn
 from wurk.redis.limits import DeadlinePassed
-from wurk.redis.pool import Conn, ConnectError, RedisPool, RetrySettings
+from wurk.redis.policy import ConnectError
+from wurk.redis.pool import RedisPool, RetrySettings
 
 
 @pytest.fixture

@@ -21,18 +21,17 @@ import redis.exceptions as rx
 from conftest import reap_probe_clients
 from recording import Recorder
 
-from wurk.redis.pool import (
-    Conn,
+from wurk.redis.connection import Conn
+from wurk.redis.policy import (
     ConnectError,
     ErrorKind,
     Plan,
     PoolExhausted,
-    RedisPool,
-    RetrySettings,
     backoff_delay,
     classify,
     retry_plan,
 )
+from wurk.redis.pool import RedisPool, RetrySettings
 
 if TYPE_CHECKING:
     from conftest import RedisServer

@@ -30,6 +30,7 @@ from structlog.testing import capture_logs
 from waiting import wait_for
 
 from wurk.push.job import JobFunction
+from wurk.redis.pools import close_pool, pool_for
 from wurk.runtime.launcher import Launcher
 from wurk.runtime.reaper import recover, sweep
 from wurk.runtime.reliable_fetch import ReliableFetch
@@ -826,7 +827,7 @@ def test_a_disruption_the_pool_absorbed_in_another_thread_still_resyncs(
             # The fetcher is idle (the one thread is here), so this call is
             # the next request through the proxy: dropped, then retried.
             proxy.drop_next_request()
-            assert config.pool.call("GET", "anything", idempotent=True) is None
+            assert pool_for(config).call("GET", "anything", idempotent=True) is None
         ran.append(tag)
 
     job = define(work)
@@ -835,7 +836,7 @@ def test_a_disruption_the_pool_absorbed_in_another_thread_still_resyncs(
     first = payload(job.name, "first")
     rb.lpush("queue:default", first)
     wait_for(lambda: ran == ["first"] and not rb.exists(mine))
-    disruptions = config.pool.disruptions
+    disruptions = pool_for(config).disruptions
     # The acknowledgement "lost": the job is back in our list. Nothing has
     # gone wrong in this process, so nothing looks.
     rb.lpush(mine, first)
@@ -846,7 +847,7 @@ def test_a_disruption_the_pool_absorbed_in_another_thread_still_resyncs(
         rb.lpush("queue:default", payload(job.name, "poke"))
         wait_for(lambda: ran[-1:] == ["first"] and len(ran) == 3, timeout=5)
     assert ran == ["first", "poke", "first"]
-    assert config.pool.disruptions > disruptions
+    assert pool_for(config).disruptions > disruptions
     assert not any(e["event"] == "fetch.error" for e in logs)  # the fetcher saw no error
     assert {"event": "fetch.resynced", "jobs": 1, "log_level": "warning"} in logs
     wait_for(lambda: not rb.exists(mine))
@@ -942,5 +943,5 @@ def test_claim_ack_requeue_and_recover_move_jobs_at_maxmemory(
             client.set("still", "full")
     finally:
         gate.set()
-        config.reset_pool()
+        close_pool(config)
         client.close()

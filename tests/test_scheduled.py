@@ -20,6 +20,7 @@ from waiting import wait_for
 
 import wurk
 from wurk.push.job import registry
+from wurk.redis.pools import close_pool
 from wurk.runtime import scheduled
 from wurk.runtime.launcher import Launcher
 from wurk.runtime.scheduled import Poller, random_poll_interval
@@ -343,7 +344,7 @@ def test_the_scheduler_survives_an_outage_in_its_interval_read(
         assert [j["jid"] for j in queue_jobs(r, "default")] == [job["jid"]]
     finally:
         poller.stop()
-        own.reset_pool()
+        close_pool(own)
         proxy.close()
 
 

@@ -34,6 +34,7 @@ from test_reliable_fetch import (
 from waiting import wait_for
 
 from wurk.push.job import JobFunction
+from wurk.redis.pools import close_pool
 from wurk.runtime.launcher import Launcher
 from wurk.runtime.reaper import sweep
 from wurk.runtime.retry import decode_backtrace
@@ -416,7 +417,7 @@ def test_a_failure_at_maxmemory_is_recorded_or_waits_never_lost(
         client.flushall()
         client.close()
         launcher.stop()
-    config.reset_pool()
+    close_pool(config)
 
 
 # -- item 3: nothing a job raises, or a payload holds, ends a processor thread --------------

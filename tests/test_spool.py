@@ -25,6 +25,7 @@ from tests.waiting import wait_for
 from wurk.push import spool
 from wurk.push.client import Client
 from wurk.push.spool_drain import drain_once
+from wurk.redis.pools import close_pool, pool_for
 from wurk.runtime.launcher import Launcher
 from wurk.settings.config import Config
 from wurk.wire.payload import new_jid
@@ -96,7 +97,7 @@ def write_file(config: Config, entries: list[spool.SpoolEntry]) -> Path:
 def cfg(redis_server: RedisServer, r: redis.Redis) -> Iterator[Config]:
     config = Config(redis_url=redis_server.url, log_level="warning")
     yield config
-    config.reset_pool()
+    close_pool(config)
 
 
 # -- exit: spool, not lose ----------------------------------------------------------
@@ -147,7 +148,7 @@ def test_a_pusher_exiting_while_the_primary_refuses_writes_spools_and_a_client_p
                      what="the client pushed the spool at its start")
             assert queued(r) == jids
         finally:
-            client.config.reset_pool()
+            close_pool(client.config)
 
 
 # -- several drainers, crashes -----------------------------------------------------
@@ -156,7 +157,7 @@ import json, sys
 from wurk.settings.config import Config
 from wurk.push.spool_drain import drain_once
 config = Config(redis_url=sys.argv[1])
-report = drain_once(config, config.pool)
+report = drain_once(config, pool_for(config))
 print(json.dumps({"pushed": len(report.pushed), "busy": len(report.busy)}))
 """
 
@@ -190,7 +191,7 @@ def dying_write(self, pool, push, **kw):
         os._exit(9)
 confirmed.ConfirmedWriter.write = dying_write
 config = Config(redis_url=sys.argv[1])
-spool_drain.drain_once(config, config.pool)
+spool_drain.drain_once(config, pool_for(config))
 """
 
 
@@ -204,7 +205,7 @@ def test_a_drain_killed_mid_file_is_taken_over_and_pushes_each_job_once(
     assert len(queued(r)) == killed_after
     claimed = [name for name in spool.spool_files(path.parent) if name.claimer is not None]
     assert len(claimed) == 1  # the dead drainer's claim, left behind
-    report = drain_once(cfg, cfg.pool)
+    report = drain_once(cfg, pool_for(cfg))
     assert len(report.pushed) == 1
     assert queued(r) == [e.jid for e in entries]  # no job twice, none missing, in order
     assert list(path.parent.iterdir()) == []
@@ -216,12 +217,12 @@ def test_a_file_held_by_a_live_drainer_is_left_to_it(cfg: Config, r: redis.Redis
     held = spool.claim(name)
     assert held is not None
     try:
-        report = drain_once(cfg, cfg.pool)
+        report = drain_once(cfg, pool_for(cfg))
         assert report.busy and not report.pushed and r.llen(f"queue:{QUEUE}") == 0
     finally:
         held.release()
     assert [f.state for f in spool.spool_files(spool.spool_dir(cfg))] == ["waiting"]
-    assert len(drain_once(cfg, cfg.pool).pushed) == 1
+    assert len(drain_once(cfg, pool_for(cfg)).pushed) == 1
     assert r.llen(f"queue:{QUEUE}") == 3
 
 
@@ -267,24 +268,24 @@ def test_a_bad_spool_file_is_moved_aside_and_reported_and_the_rest_is_pushed(
     good = make_entries(5)
     write_file(cfg, good)
     with capture_logs() as logs:
-        report = drain_once(cfg, cfg.pool, any_target=True)
+        report = drain_once(cfg, pool_for(cfg), any_target=True)
     assert [path for path, _ in report.bad] == [str(bad.with_suffix(".spool.bad"))]
     assert bad.with_suffix(".spool.bad").exists() and not bad.exists()
     [line] = [e for e in logs if e["event"] == "spool.bad"]
     assert line["log_level"] == "error" and line["path"].endswith(".spool.bad")
     assert queued(r) == [e.jid for e in good]  # nothing from the bad file
     with capture_logs() as again:
-        drain_once(cfg, cfg.pool)
+        drain_once(cfg, pool_for(cfg))
     assert not [e for e in again if e["event"] == "spool.bad"]  # reported once, no loop
 
 
 def test_a_file_for_another_redis_is_left_alone(cfg: Config, r: redis.Redis) -> None:
     other = Config(redis_url="redis://10.9.9.9:6380/3", spool_dir=str(spool.spool_dir(cfg)))
     write_file(other, make_entries(2))
-    report = drain_once(cfg, cfg.pool)
+    report = drain_once(cfg, pool_for(cfg))
     assert len(report.other_target) == 1 and r.llen(f"queue:{QUEUE}") == 0
     assert [f.state for f in spool.spool_files(spool.spool_dir(cfg))] == ["waiting"]
-    assert len(drain_once(cfg, cfg.pool, any_target=True).pushed) == 1
+    assert len(drain_once(cfg, pool_for(cfg), any_target=True).pushed) == 1
     assert r.llen(f"queue:{QUEUE}") == 2
 
 
@@ -304,7 +305,7 @@ def test_a_running_worker_pushes_a_spool_file_that_appears_later(
         assert queued(r) == [e.jid for e in entries]
     finally:
         launcher.stop(time.monotonic() + 1)
-        config.reset_pool()
+        close_pool(config)
 
 
 # -- swarm children leave with os._exit ---------------------------------------------
@@ -356,7 +357,7 @@ def test_a_scheduled_push_keeps_its_time_through_the_spool(
     with capture_logs() as logs:
         client.buffer.flush_at_exit()
     assert [e["jobs"] for e in logs if e["event"] == "push.spooled"] == [1]
-    assert len(drain_once(cfg, cfg.pool, any_target=True).pushed) == 1
+    assert len(drain_once(cfg, pool_for(cfg), any_target=True).pushed) == 1
     [(raw, score)] = r.zrange("schedule", 0, -1, withscores=True)
     assert json.loads(raw)["jid"] == jid and abs(score - at) < 0.01
 
@@ -394,7 +395,7 @@ def test_a_send_in_flight_at_exit_is_waited_for_and_not_spooled_too(
             client.buffer.flush_at_exit()
         assert [e["jids"] for e in logs if e["event"] == "push.spooled"] == [jids[1:]]
         proxy.heal()
-        drain_once(cfg, cfg.pool, any_target=True)
+        drain_once(cfg, pool_for(cfg), any_target=True)
         assert queued(r) == jids
     finally:
         proxy.close()

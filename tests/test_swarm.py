@@ -37,6 +37,7 @@ from supervisor.child_boot import EX_BOOT
 from supervisor.swarm import Child, Swarm
 from supervisor.systemd import Notifier
 from supervisor.topology import parse
+from wurk.redis.pools import close_pool
 from wurk.runtime.reaper import recover
 from wurk.settings.config import Config
 from wurk.wire.payload import new_jid
@@ -779,7 +780,7 @@ def test_a_drain_during_a_redis_outage_ends_on_time_with_exit_0(
         for owner in client.smembers("wurk:wip:owners"):
             recover(config, owner)
     finally:
-        config.reset_pool()
+        close_pool(config)
     assert set(queued_jids(client, "qa")) == jids
 
 

@@ -30,6 +30,7 @@ from test_swarm import REPO, Launch, SwarmProcess, _ts, gone, push, slot
 from waiting import wait_for
 
 from supervisor.remote import SIGNAL_COMMANDS, RemoteControl, SwarmSnapshot
+from wurk.redis.pools import close_pool
 from wurk.settings.config import Config
 
 pytestmark = pytest.mark.timeout(90)
@@ -348,7 +349,7 @@ def test_redis_trouble_is_logged_and_never_raised(redis_server: RedisServer) -> 
     assert time.monotonic() - started < 2  # one try each, no backoff
     events = [e["event"] for e in logs]
     assert "swarm.remote_failed" in events and "swarm.unregister_failed" in events
-    config.reset_pool()
+    close_pool(config)
 
 
 def test_at_maxmemory_the_swarm_still_registers_and_takes_its_signals(
@@ -369,5 +370,5 @@ def test_at_maxmemory_the_swarm_still_registers_and_takes_its_signals(
         control.unregister()  # SREM and UNLINK: allowed at maxmemory
         assert client.smembers("wurk:swarms") == set()
     finally:
-        config.reset_pool()
+        close_pool(config)
         client.close()

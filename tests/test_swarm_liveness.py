@@ -32,6 +32,7 @@ from supervisor import liveness
 from supervisor.probe import probe
 from supervisor.swarm import Child
 from supervisor.topology import parse
+from wurk.redis.pools import close_pool
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -263,4 +264,4 @@ def test_probe_fails_on_any_stale_child_and_ignores_garbage(
     assert re.fullmatch(r"a#1 \(pid 5001\) \(beat 10\d\.\d s ago\)", result.stale[0])
     r.hset("h:2:a", "beat", "nan")
     assert not probe(topology, swarm_pid, host).ok
-    topology.slots[0].config.reset_pool()
+    close_pool(topology.slots[0].config)

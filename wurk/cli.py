@@ -22,22 +22,19 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
-import importlib.util
-import os
 import signal
 import socket
 import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
-from types import ModuleType
 
 from wurk import admin
 from wurk.core import logging as wlog
 from wurk.core.redaction import redact_text
+from wurk.redis.pools import pool_for
 from wurk.redis.wait import wait_or_signal
 from wurk.runtime.launcher import Launcher, dump_threads, stop_before_exit
+from wurk.runtime.loading import load_modules
 from wurk.settings.config import Config, ConfigError, configure
 from wurk.version import __version__
 
@@ -108,34 +105,6 @@ def _one_of(parser: argparse.ArgumentParser, flag: str, after: str | None,
     return after if after is not None else before
 
 
-def load_modules(names: Sequence[str]) -> list[ModuleType]:
-    """Import each job module, by dotted name or by .py path, from the current directory."""
-    if "" not in sys.path and os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    modules = []
-    for name in names:
-        try:
-            modules.append(_import_one(name))
-        except ImportError:
-            raise
-        except Exception as exc:
-            raise ImportError(f"{name}: {type(exc).__name__}: {exc}") from exc
-    return modules
-
-
-def _import_one(name: str) -> ModuleType:
-    if not name.endswith(".py"):
-        return importlib.import_module(name)
-    path = Path(name).resolve()
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    if spec is None or spec.loader is None or not path.exists():
-        raise ImportError(f"{name}: no such file")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[path.stem] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def run_worker(config: Config) -> int:
     reader, writer = socket.socketpair()
     reader.setblocking(True)
@@ -152,7 +121,8 @@ def run_worker(config: Config) -> int:
     try:
         quiet: list[bool] = []
         try:
-            if not wait_or_signal(config.pool, reader, writer, lambda n: _while_waiting(n, quiet)):
+            if not wait_or_signal(pool_for(config), reader, writer,
+                                  lambda n: _while_waiting(n, quiet)):
                 return 0
         except Exception as exc:  # noqa: BLE001 - a refusal waiting cannot fix
             _log_boot_failure(exc)

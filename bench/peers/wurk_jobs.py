@@ -10,13 +10,14 @@ import time
 
 import wurk
 from bench.peers.common import DONE_KEY, LAT_KEY, paced, redis_url, work
+from wurk.redis.pools import pool_for
 
 BULK = 1000
 
 
 class BenchJob(wurk.Job, name="BenchJob"):
     def perform(self, shape: str, ts: float) -> None:
-        pool = wurk.default_config().pool
+        pool = pool_for(wurk.default_config())
         if ts:
             pool.call("RPUSH", LAT_KEY, time.time() - ts)
         work(shape)

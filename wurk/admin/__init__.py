@@ -57,6 +57,7 @@ from wurk.admin.registry import (
 from wurk.api import JobNotFoundError, ProcessControlError, UnknownProcessError, UnknownQueueError
 from wurk.core import logging as wlog
 from wurk.core.redaction import redact_text, redact_url
+from wurk.redis.pools import close_pool
 from wurk.settings.config import Config, ConfigError
 
 EX_FAILED = 1
@@ -113,7 +114,7 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None,
               file=err or sys.stderr)
         return status
     finally:
-        config.reset_pool()
+        close_pool(config)
 
 
 def failure(exc: Exception, config: Config) -> tuple[int, str]:

@@ -17,12 +17,13 @@ from wurk.admin.output import clip, duration, fields, megabytes, table, when
 from wurk.admin.registry import AdminCommand, Context
 from wurk.api import ProcessSet, Stats, SwarmSet, Workers
 from wurk.api.common import sscan_all
-from wurk.api.queue import latency_of
+from wurk.redis.pools import pool_for
 from wurk.settings.config import Config
 from wurk.wire import keys
+from wurk.wire.payload import latency_of
 
 if TYPE_CHECKING:
-    from wurk.redis.pool import Conn
+    from wurk.redis.connection import Conn
 
 Payload = dict[str, Any]
 COUNTS = ("processed", "failed", "enqueued", "scheduled", "retries", "dead", "processes", "busy")
@@ -51,7 +52,7 @@ def run_stats(ctx: Context, args: argparse.Namespace) -> None:
 
 # -- queues ----------------------------------------------------------------------
 def queues_payload(config: Config) -> list[Payload]:
-    queues: list[Payload] = config.pool.run(_read_queues, idempotent=True)
+    queues: list[Payload] = pool_for(config).run(_read_queues, idempotent=True)
     return queues
 
 

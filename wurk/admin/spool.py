@@ -26,6 +26,7 @@ from wurk.admin.registry import AdminCommand, CommandError, Context, UsageError
 from wurk.core import pids
 from wurk.push import spool
 from wurk.push.spool_drain import drain_once
+from wurk.redis.pools import pool_for
 
 ACTIONS = ("list", "push", "discard")
 Payload = dict[str, Any]
@@ -94,7 +95,7 @@ def do_push(ctx: Context, directory: Path, args: argparse.Namespace) -> None:
     if args.files or args.all or args.yes:
         raise UsageError("push takes no FILEs, --all or --yes: it pushes every file it can")
     try:
-        report = drain_once(ctx.config, ctx.config.pool, any_target=args.any_target)
+        report = drain_once(ctx.config, pool_for(ctx.config), any_target=args.any_target)
     except OSError as exc:
         raise CommandError(f"cannot read the spool in {directory}: {exc}") from exc
     ctx.emit({"directory": str(directory),

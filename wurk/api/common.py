@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from wurk.redis.pools import pool_for
 from wurk.settings.config import Config, default_config
 from wurk.wire import keys
 
 if TYPE_CHECKING:
-    from wurk.redis.pool import Conn
+    from wurk.redis.connection import Conn
 
 SCAN_COUNT = 100
 _GLOB_SPECIAL = "\\?[]"
@@ -92,7 +93,7 @@ def send_signal(config: Config, identity: str, name: str) -> None:
     and a second TERM reaches a process already shutting down.
     """
     key = keys.signals(identity)
-    config.pool.pipeline([("LPUSH", key, name), ("EXPIRE", key, keys.HEARTBEAT_TTL)],
+    pool_for(config).pipeline([("LPUSH", key, name), ("EXPIRE", key, keys.HEARTBEAT_TTL)],
                          transaction=True)
 
 

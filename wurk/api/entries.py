@@ -24,12 +24,13 @@ from typing import TYPE_CHECKING, Any
 from wurk.api.errors import JobKilledError
 from wurk.api.records import JobRecord
 from wurk.core.logging import get_logger
+from wurk.redis.pools import pool_for
 from wurk.runtime.retry import kill_commands
 from wurk.wire.payload import loads_job, score
 
 if TYPE_CHECKING:
     from wurk.api.sorted_sets import SortedSet
-    from wurk.redis.pool import Conn
+    from wurk.redis.connection import Conn
     from wurk.settings.config import Config
 
 log = get_logger("wurk.api")
@@ -62,14 +63,14 @@ class SortedEntry(JobRecord):
         """Remove this entry; False if it was already gone."""
         # Replay-safe for the set (removing an absent member is a no-op); a
         # replay after a lost reply reports False for a removal that happened.
-        return bool(self.config.pool.call("ZREM", self.parent.name, self.value,
+        return bool(pool_for(self.config).call("ZREM", self.parent.name, self.value,
                                           idempotent=True))
 
     def reschedule(self, at: float) -> bool:
         """Move this entry to ``at``; False if it is no longer in the set."""
         # Replay-safe: an absolute score for one exact member, and XX never
         # re-creates an entry someone else removed (Sidekiq's ZINCRBY would).
-        replies = self.config.pool.pipeline(
+        replies = pool_for(self.config).pipeline(
             [("ZADD", self.parent.name, "XX", score(at), self.value),
              ("ZSCORE", self.parent.name, self.value)], idempotent=True)
         if replies[1] is None:
@@ -108,13 +109,13 @@ class SortedEntry(JobRecord):
         # Not replay-safe, deliberately: the reply decides who pushes. After a
         # lost reply a replay would read 0 and nobody would push the job, so the
         # pool raises instead and the operator sees the error.
-        return bool(self.config.pool.call("ZREM", self.parent.name, self.value) == 1)
+        return bool(pool_for(self.config).call("ZREM", self.parent.name, self.value) == 1)
 
     def kill(self) -> bool:
         """Move to the morgue; False if the entry was already gone."""
         # Replay-safe: a replay finds the member gone and changes nothing; it
         # reports False (and skips the handlers) for a move that happened.
-        moved = self.config.pool.run(self._kill_watched, idempotent=True)
+        moved = pool_for(self.config).run(self._kill_watched, idempotent=True)
         if moved:
             run_death_handlers(self.config, self.item)
         return moved

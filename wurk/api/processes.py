@@ -21,12 +21,13 @@ from typing import TYPE_CHECKING, Any
 
 from wurk.api.common import opt_text, resolve, send_signal, sscan_all, text, to_float, to_int
 from wurk.api.errors import ProcessControlError, UnknownProcessError
+from wurk.redis.pools import pool_for
 from wurk.settings.config import Config
 from wurk.wire import keys
 from wurk.wire.payload import to_seconds
 
 if TYPE_CHECKING:
-    from wurk.redis.pool import Conn
+    from wurk.redis.connection import Conn
 
 # The hash fields a reader needs, in the order Process.from_fields expects.
 FIELDS = ("info", "busy", "beat", "quiet", "rss", "rtt_us", "concurrency")
@@ -143,7 +144,7 @@ class Process:
 
     @property
     def is_leader(self) -> bool:
-        leader = self.config.pool.call("GET", keys.LEADER, idempotent=True)
+        leader = pool_for(self.config).call("GET", keys.LEADER, idempotent=True)
         return text(leader) == self.identity
 
     # -- remote control ---------------------------------------------------
@@ -184,7 +185,7 @@ class ProcessSet:
 
     def __iter__(self) -> Iterator[Process]:
         """Live processes, sorted by identity; members whose heartbeat expired are skipped."""
-        return iter(self.config.pool.run(self._read_all, idempotent=True))
+        return iter(pool_for(self.config).run(self._read_all, idempotent=True))
 
     def _read_all(self, conn: Conn) -> list[Process]:
         identities = sscan_all(conn, keys.PROCESSES)
@@ -196,7 +197,7 @@ class ProcessSet:
     @property
     def size(self) -> int:
         """SCARD ``processes``: unpruned, so it counts crashed processes until a cleanup."""
-        return int(self.config.pool.call("SCARD", keys.PROCESSES, idempotent=True))
+        return int(pool_for(self.config).call("SCARD", keys.PROCESSES, idempotent=True))
 
     def __len__(self) -> int:
         return self.size
@@ -212,11 +213,11 @@ class ProcessSet:
     @property
     def leader(self) -> str:
         """The Enterprise leader's identity (``dear-leader``), or ""."""
-        return text(self.config.pool.call("GET", keys.LEADER, idempotent=True))
+        return text(pool_for(self.config).call("GET", keys.LEADER, idempotent=True))
 
     def get(self, identity: str) -> Process | None:
         """The live process ``identity``: registered and heartbeat unexpired, else None."""
-        member, row = self.config.pool.pipeline(
+        member, row = pool_for(self.config).pipeline(
             [("SISMEMBER", keys.PROCESSES, identity), ("HMGET", identity, *FIELDS)],
             idempotent=True)
         return Process.from_fields(identity, row, config=self.config) if member else None
@@ -237,7 +238,7 @@ class ProcessSet:
         # Not replay-safe, as the seed says: a replay re-decides which
         # identities are dead and could prune one that registered in between.
         # A blip here just skips one prune; the next caller does it.
-        return self.config.pool.run(_cleanup)
+        return pool_for(self.config).run(_cleanup)
 
 
 def _cleanup(conn: Conn) -> int:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from wurk.api.common import resolve, text, to_float, to_int
+from wurk.redis.pools import pool_for
 from wurk.settings.config import Config
 from wurk.wire import keys
 from wurk.wire.profile_data import (
@@ -107,12 +108,12 @@ class ProfileSet:
         """Drop expired keys from the index; returns how many went."""
         stamp = repr(time.time() if now is None else now)
         # Replaying it later can only remove what has expired by then too.
-        return int(self.config.pool.call("ZREMRANGEBYSCORE", keys.PROFILES, "-inf", stamp,
+        return int(pool_for(self.config).call("ZREMRANGEBYSCORE", keys.PROFILES, "-inf", stamp,
                                          idempotent=True))
 
     def __len__(self) -> int:
         self.prune()
-        return int(self.config.pool.call("ZCARD", keys.PROFILES, idempotent=True))
+        return int(pool_for(self.config).call("ZCARD", keys.PROFILES, idempotent=True))
 
     def __iter__(self) -> Iterator[ProfileRecord]:
         return iter(self.entries())
@@ -120,19 +121,19 @@ class ProfileSet:
     def entries(self, limit: int = 100) -> list[ProfileRecord]:
         """Up to ``limit`` live profiles, the latest written first."""
         self.prune()
-        reply = self.config.pool.call("ZREVRANGE", keys.PROFILES, 0, limit - 1, "WITHSCORES",
+        reply = pool_for(self.config).call("ZREVRANGE", keys.PROFILES, 0, limit - 1, "WITHSCORES",
                                       idempotent=True)
         pairs = [(text(m), float(s)) for m, s in zip(reply[::2], reply[1::2], strict=True)]
         if not pairs:
             return []
-        rows = self.config.pool.pipeline([("HMGET", key, *FIELDS) for key, _ in pairs],
+        rows = pool_for(self.config).pipeline([("HMGET", key, *FIELDS) for key, _ in pairs],
                                          idempotent=True)
         return [ProfileRecord.from_fields(key, row, expires)
                 for (key, expires), row in zip(pairs, rows, strict=True)
                 if any(value is not None for value in row)]
 
     def fetch(self, key: str) -> ProfileRecord:
-        expires, row = self.config.pool.pipeline(
+        expires, row = pool_for(self.config).pipeline(
             [("ZSCORE", keys.PROFILES, key), ("HMGET", key, *FIELDS)], idempotent=True)
         if all(value is None for value in row):
             raise ProfileNotFoundError(key)
@@ -141,11 +142,11 @@ class ProfileSet:
     def data(self, key: str) -> bytes:
         """The profile's data, unzipped (a pstats dump for ``cprofile``)."""
         # The size first: a value too big to use is never fetched.
-        size = int(self.config.pool.call("HSTRLEN", key, "data", idempotent=True))
+        size = int(pool_for(self.config).call("HSTRLEN", key, "data", idempotent=True))
         if size > MAX_STORED_BYTES:
             raise ProfileDataError(f"cannot read profile {key!r}: its data is larger than "
                                    f"{MAX_STORED_BYTES} bytes")
-        raw = self.config.pool.call("HGET", key, "data", idempotent=True)
+        raw = pool_for(self.config).call("HGET", key, "data", idempotent=True)
         if raw is None:
             raise ProfileNotFoundError(key)
         try:

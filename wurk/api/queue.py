@@ -13,27 +13,18 @@ Duties:
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import Any
 
 from wurk.api.common import resolve, sscan_all
 from wurk.api.errors import JobNotFoundError, UnknownQueueError
-from wurk.api.records import JobRecord, parse_item
+from wurk.api.records import JobRecord
+from wurk.redis.pools import pool_for
 from wurk.settings.config import Config
 from wurk.wire import keys
-from wurk.wire.payload import to_seconds
+from wurk.wire.payload import latency_of
 
 PAGE_SIZE = 50
-
-
-def latency_of(oldest: bytes | None, now: float | None = None) -> float:
-    """Seconds the oldest job has waited; 0 for an empty queue or a missing stamp."""
-    item = parse_item(oldest) if oldest is not None else None
-    enqueued = to_seconds(item.get("enqueued_at")) if item is not None else None
-    if enqueued is None:
-        return 0.0
-    return (time.time() if now is None else now) - enqueued
 
 
 class Queue:
@@ -55,7 +46,7 @@ class Queue:
     def all(cls, *, config: Config | None = None) -> list[Queue]:
         """Every queue in the ``queues`` SET, sorted by name."""
         cfg = resolve(config)
-        names = cfg.pool.run(lambda c: sscan_all(c, keys.QUEUES), idempotent=True)
+        names = pool_for(cfg).run(lambda c: sscan_all(c, keys.QUEUES), idempotent=True)
         return [cls(name, config=cfg) for name in names]
 
     @classmethod
@@ -70,34 +61,35 @@ class Queue:
     @property
     def exists(self) -> bool:
         """Listed in ``queues`` (a queue may be known and empty)."""
-        return bool(self.config.pool.call("SISMEMBER", keys.QUEUES, self.name, idempotent=True))
+        pool = pool_for(self.config)
+        return bool(pool.call("SISMEMBER", keys.QUEUES, self.name, idempotent=True))
 
     @property
     def size(self) -> int:
-        return int(self.config.pool.call("LLEN", self.key, idempotent=True))
+        return int(pool_for(self.config).call("LLEN", self.key, idempotent=True))
 
     def __len__(self) -> int:
         return self.size
 
     @property
     def latency(self) -> float:
-        oldest = self.config.pool.call("LINDEX", self.key, -1, idempotent=True)
+        oldest = pool_for(self.config).call("LINDEX", self.key, -1, idempotent=True)
         return latency_of(oldest)
 
     # -- pause (the Pro ``paused`` SET, spec §12) -----------------------
     @property
     def paused(self) -> bool:
-        return bool(self.config.pool.call("SISMEMBER", keys.PAUSED, self.name,
+        return bool(pool_for(self.config).call("SISMEMBER", keys.PAUSED, self.name,
                                           idempotent=True))
 
     def pause(self) -> None:
         """Fetchers stop taking from this queue (within a second); running jobs go on."""
         # Replay-safe: adding a member that is already there changes nothing.
-        self.config.pool.call("SADD", keys.PAUSED, self.name, idempotent=True)
+        pool_for(self.config).call("SADD", keys.PAUSED, self.name, idempotent=True)
 
     def unpause(self) -> None:
         # Replay-safe: removing an absent member changes nothing.
-        self.config.pool.call("SREM", keys.PAUSED, self.name, idempotent=True)
+        pool_for(self.config).call("SREM", keys.PAUSED, self.name, idempotent=True)
 
     # -- browsing ---------------------------------------------------------
     def __iter__(self) -> Iterator[JobRecord]:
@@ -120,7 +112,7 @@ class Queue:
             shrunk = max(0, initial - self.size)
 
     def _range(self, start: int, stop: int) -> list[Any]:
-        replies: list[Any] = self.config.pool.call("LRANGE", self.key, max(0, start), stop,
+        replies: list[Any] = pool_for(self.config).call("LRANGE", self.key, max(0, start), stop,
                                                    idempotent=True)
         return replies
 
@@ -135,6 +127,6 @@ class Queue:
         """Drop every job and forget the queue name, as Sidekiq's Queue#clear."""
         # Not replay-safe: a replay after a lost reply would UNLINK whatever a
         # producer pushed in between.
-        self.config.pool.pipeline([("UNLINK", self.key), ("SREM", keys.QUEUES, self.name)],
+        pool_for(self.config).pipeline([("UNLINK", self.key), ("SREM", keys.QUEUES, self.name)],
                                   transaction=True)
 

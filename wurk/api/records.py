@@ -16,25 +16,16 @@ Duties:
 from __future__ import annotations
 
 import binascii
-import json
 import time
 import zlib
 from typing import Any
 
 from wurk.api.common import resolve, text
+from wurk.redis.pools import pool_for
 from wurk.runtime.retry import decode_backtrace
 from wurk.settings.config import Config
 from wurk.wire import activejob, keys
-from wurk.wire.payload import to_seconds
-
-
-def parse_item(value: bytes | str) -> dict[str, Any] | None:
-    """The payload object, or None when the value is not a JSON object."""
-    try:
-        item = json.loads(value)
-    except (ValueError, UnicodeDecodeError, RecursionError):
-        return None
-    return item if isinstance(item, dict) else None
+from wurk.wire.payload import parse_item, to_seconds
 
 
 def _seconds(value: Any) -> float | None:
@@ -173,5 +164,5 @@ class JobRecord:
         """Remove this job from its queue; False if it was already gone."""
         # Not replay-safe: after a lost reply, a replay would remove a second,
         # byte-identical copy of the job (a requeue can produce one).
-        removed = self.config.pool.call("LREM", keys.queue(self.queue), 1, self.value)
+        removed = pool_for(self.config).call("LREM", keys.queue(self.queue), 1, self.value)
         return bool(removed)

@@ -21,12 +21,12 @@ from typing import Any
 from wurk.api.common import contains_pattern, resolve, score_pairs, zscan_all
 from wurk.api.entries import SortedEntry, run_death_handlers
 from wurk.api.errors import JobNotFoundError
-from wurk.api.records import parse_item
 from wurk.push.client import Client
+from wurk.redis.pools import pool_for
 from wurk.runtime.retry import kill as kill_into_dead
 from wurk.settings.config import Config
 from wurk.wire import keys
-from wurk.wire.payload import dumps
+from wurk.wire.payload import dumps, parse_item
 
 PAGE_SIZE = 50
 Row = tuple[float, bytes]
@@ -95,7 +95,7 @@ class SortedSet:
 
     @property
     def size(self) -> int:
-        return int(self.config.pool.call("ZCARD", self.name, idempotent=True))
+        return int(pool_for(self.config).call("ZCARD", self.name, idempotent=True))
 
     def __len__(self) -> int:
         return self.size
@@ -107,7 +107,7 @@ class SortedSet:
     def entries(self, *, descending: bool = False) -> Iterator[SortedEntry]:
         walk = _Walk(descending)
         while True:
-            reply = self.config.pool.call(*walk.command(self.name), idempotent=True)
+            reply = pool_for(self.config).call(*walk.command(self.name), idempotent=True)
             rows = [(at, member) for member, at in score_pairs(reply)]
             fresh, done = walk.advance(rows)
             for at, member in fresh:
@@ -127,7 +127,7 @@ class SortedSet:
     def scan(self, substring: str) -> list[SortedEntry]:
         """Entries whose raw JSON contains ``substring``, by score."""
         pattern = contains_pattern(substring)
-        rows = self.config.pool.run(lambda c: zscan_all(c, self.name, pattern),
+        rows = pool_for(self.config).run(lambda c: zscan_all(c, self.name, pattern),
                                     idempotent=True)
         return [SortedEntry(self, at, member)
                 for member, at in sorted(rows, key=lambda row: (row[1], row[0]))]
@@ -135,7 +135,7 @@ class SortedSet:
     def clear(self) -> None:
         # Not replay-safe: a replay after a lost reply would UNLINK entries
         # added in between (a fresh failure, a new scheduled job).
-        self.config.pool.call("UNLINK", self.name)
+        pool_for(self.config).call("UNLINK", self.name)
 
 
 class ScheduledSet(SortedSet):

@@ -18,12 +18,13 @@ from datetime import UTC, date, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from wurk.api.common import resolve, sscan_all, to_int
-from wurk.api.queue import latency_of
+from wurk.redis.pools import pool_for
 from wurk.settings.config import Config
 from wurk.wire import keys
+from wurk.wire.payload import latency_of
 
 if TYPE_CHECKING:
-    from wurk.redis.pool import Conn
+    from wurk.redis.connection import Conn
 
 COUNTERS = {"processed": keys.STAT_PROCESSED, "failed": keys.STAT_FAILED}
 MAX_HISTORY_DAYS = 5 * 365  # the per-day keys live five years
@@ -37,7 +38,7 @@ class Stats:
         self.refresh()
 
     def refresh(self) -> None:
-        replies = self.config.pool.pipeline([
+        replies = pool_for(self.config).pipeline([
             ("GET", keys.STAT_PROCESSED), ("GET", keys.STAT_FAILED),
             ("ZCARD", keys.SCHEDULE), ("ZCARD", keys.RETRY), ("ZCARD", keys.DEAD),
             ("SCARD", keys.PROCESSES), ("LINDEX", keys.queue("default"), -1),
@@ -60,12 +61,12 @@ class Stats:
 
     def _slow_stats(self) -> dict[str, int]:
         if self._slow is None:
-            self._slow = self.config.pool.run(_read_slow, idempotent=True)
+            self._slow = pool_for(self.config).run(_read_slow, idempotent=True)
         return self._slow
 
     def queues(self) -> dict[str, int]:
         """Queue name to size, largest first (ties by name)."""
-        sizes = self.config.pool.run(_queue_sizes, idempotent=True)
+        sizes = pool_for(self.config).run(_queue_sizes, idempotent=True)
         return dict(sorted(sizes.items(), key=lambda kv: (-kv[1], kv[0])))
 
     def reset(self, *names: str) -> None:
@@ -76,7 +77,7 @@ class Stats:
         pairs = [x for name in (names or tuple(COUNTERS)) for x in (COUNTERS[name], 0)]
         # Not replay-safe: a replay after a lost reply would zero the counters
         # again, discarding whatever the fleet counted in between.
-        self.config.pool.call("MSET", *pairs)
+        pool_for(self.config).call("MSET", *pairs)
         self.refresh()
 
 
@@ -119,6 +120,6 @@ class History:
 
     def _per_day(self, stat: str) -> dict[str, int]:
         dates = self.dates
-        values: list[Any] = self.config.pool.call(
+        values: list[Any] = pool_for(self.config).call(
             "MGET", *(keys.daily_stat(stat, day) for day in dates), idempotent=True)
         return {day: to_int(value) for day, value in zip(dates, values, strict=True)}

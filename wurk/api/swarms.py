@@ -25,11 +25,12 @@ from typing import TYPE_CHECKING, Any
 
 from wurk.api.common import resolve, send_signal, sscan_all, text, to_float, to_int
 from wurk.api.errors import UnknownProcessError
+from wurk.redis.pools import pool_for
 from wurk.settings.config import Config
 from wurk.wire import keys
 
 if TYPE_CHECKING:
-    from wurk.redis.pool import Conn
+    from wurk.redis.connection import Conn
 
 # The hash fields a reader needs, in the order SwarmProcess.from_fields expects.
 FIELDS = ("info", "beat", "state", "children")
@@ -138,7 +139,7 @@ class SwarmSet:
 
     def __iter__(self) -> Iterator[SwarmProcess]:
         """Live swarms, sorted by identity; members whose beat expired are pruned."""
-        swarms, expired = self.config.pool.run(self._read_all, idempotent=True)
+        swarms, expired = pool_for(self.config).run(self._read_all, idempotent=True)
         if expired:
             self.prune(expired)
         return iter(swarms)
@@ -162,19 +163,19 @@ class SwarmSet:
         the set until its next beat re-adds it (one heartbeat interval).
         """
         # Replay-safe: removing an absent member changes nothing.
-        return int(self.config.pool.call("SREM", keys.SWARMS, *identities, idempotent=True))
+        return int(pool_for(self.config).call("SREM", keys.SWARMS, *identities, idempotent=True))
 
     @property
     def size(self) -> int:
         """SCARD ``wurk:swarms``: unpruned until the next iteration."""
-        return int(self.config.pool.call("SCARD", keys.SWARMS, idempotent=True))
+        return int(pool_for(self.config).call("SCARD", keys.SWARMS, idempotent=True))
 
     def __len__(self) -> int:
         return self.size
 
     def get(self, identity: str) -> SwarmProcess | None:
         """The live swarm ``identity``: registered and beat unexpired, else None."""
-        member, row = self.config.pool.pipeline(
+        member, row = pool_for(self.config).pipeline(
             [("SISMEMBER", keys.SWARMS, identity), ("HMGET", identity, *FIELDS)],
             idempotent=True)
         return SwarmProcess.from_fields(identity, row, config=self.config) if member else None

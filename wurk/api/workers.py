@@ -19,12 +19,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from wurk.api.common import hash_items, resolve, sscan_all, text, to_int
 from wurk.api.records import JobRecord
+from wurk.redis.pools import pool_for
 from wurk.settings.config import Config
 from wurk.wire import keys
 from wurk.wire.payload import dumps, to_seconds
 
 if TYPE_CHECKING:
-    from wurk.redis.pool import Conn
+    from wurk.redis.connection import Conn
 
 
 @dataclass(frozen=True)
@@ -78,13 +79,13 @@ class Workers:
         self.config = resolve(config)
 
     def __iter__(self) -> Iterator[WorkEntry]:
-        entries = self.config.pool.run(lambda c: _read_work(c, self.config), idempotent=True)
+        entries = pool_for(self.config).run(lambda c: _read_work(c, self.config), idempotent=True)
         return iter(sorted(entries, key=lambda e: (e.work.run_at, e.process, e.thread)))
 
     @property
     def size(self) -> int:
         """Jobs in flight: the sum of ``busy`` over ``processes`` (as of each last beat)."""
-        return int(self.config.pool.run(_busy_total, idempotent=True))
+        return int(pool_for(self.config).run(_busy_total, idempotent=True))
 
     def __len__(self) -> int:
         return self.size

@@ -23,7 +23,6 @@ this is the net under those guards, and it costs a job nothing.
 from __future__ import annotations
 
 import collections
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -167,4 +166,6 @@ def report() -> dict[str, Any]:
     return _process.report()
 
 
-os.register_at_fork(after_in_child=_process._reset)
+def forget_after_fork() -> None:
+    """In a forked child: the parent's threads did not come along."""
+    _process._reset()

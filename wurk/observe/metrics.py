@@ -19,23 +19,24 @@ Duties:
    listener serves as Prometheus text on ``/metrics``.
 7. Fork hygiene: a child never sends through its parent's UDP socket or
    reports its parent's totals. :func:`reset` runs in every forked child
-   (``os.register_at_fork``) and again, explicitly, in swarm child boot.
+   (:mod:`wurk.runtime.forking` calls :func:`reset`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import socket
 import threading
 import time
-import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from wurk.core.logging import get_logger
+from wurk.redis.pools import pool_for
+from wurk.settings.addresses import parse_metrics_url
 from wurk.wire import keys
+from wurk.wire.payload import latency_of
 
 if TYPE_CHECKING:
     from wurk.settings.config import Config
@@ -57,20 +58,6 @@ MAX_PACKET = 1432
 REOPEN_PAUSE = 5.0
 _FOLD_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 _TAG_UNSAFE = re.compile(r"[,|#\s]")
-
-
-def parse_url(url: str) -> tuple[str, int]:
-    """``udp://host:port`` as (host, port); ValueError says what is wrong."""
-    try:
-        parts = urllib.parse.urlsplit(url)
-        port = parts.port
-    except ValueError:
-        raise ValueError("must be udp://host:port with a port from 1 to 65535") from None
-    if parts.scheme != "udp" or not parts.hostname or parts.path not in ("", "/"):
-        raise ValueError("must be udp://host:port (statsd speaks UDP)")
-    if port is None or not 0 < port < 65536:
-        raise ValueError("must be udp://host:port with a port from 1 to 65535")
-    return parts.hostname, port
 
 
 def format_metric(name: str, value: float, kind: str, tags: Tags, *, dogstatsd: bool) -> str:
@@ -304,7 +291,7 @@ def for_config(config: Config) -> Metrics | None:
     with _instances_lock:
         found = _instances.get(key)
         if found is None:
-            sender = (StatsdSender(*parse_url(config.metrics_url))
+            sender = (StatsdSender(*parse_metrics_url(config.metrics_url))
                       if config.metrics_url is not None else None)
             found = Metrics(sender, dogstatsd=config.metrics_dogstatsd,
                             totals=Totals() if config.metrics_prometheus else None)
@@ -319,8 +306,6 @@ def reset() -> None:
     for metrics in list(_instances.values()):
         metrics.reset()
 
-
-os.register_at_fork(after_in_child=reset)
 
 
 def beat_reporter(config: Config, queues: Sequence[str],
@@ -350,11 +335,9 @@ def beat_reporter(config: Config, queues: Sequence[str],
 
 def queue_latencies(config: Config, queues: Sequence[str]) -> list[tuple[str, float]]:
     """Seconds the oldest job of each queue has waited (0 when empty), in one round trip."""
-    from wurk.api.queue import latency_of  # noqa: PLC0415 - the API is not a worker import
-
     if not queues:
         return []
-    oldest = config.pool.pipeline([("LINDEX", keys.queue(q), -1) for q in queues],
+    oldest = pool_for(config).pipeline([("LINDEX", keys.queue(q), -1) for q in queues],
                                   idempotent=True, attempts=1)
     now = time.time()
     return [(q, max(0.0, latency_of(raw, now))) for q, raw in zip(queues, oldest, strict=True)]

@@ -31,6 +31,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from wurk.core.logging import get_logger
+from wurk.redis.pools import pool_for
 from wurk.wire import keys
 
 if TYPE_CHECKING:
@@ -95,7 +96,7 @@ def record(config: Config, job: Mapping[str, Any], token: str, profile: cProfile
     ]
     try:
         # Exact members and values: sending it twice leaves the same state.
-        config.pool.pipeline(commands, transaction=True, idempotent=True)
+        pool_for(config).pipeline(commands, transaction=True, idempotent=True)
     except Exception as exc:  # noqa: BLE001 - the job already ran; only its profile is lost
         log.error("profile.write_failed", key=key, error=f"{type(exc).__name__}: {exc}")
         return None

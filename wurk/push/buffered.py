@@ -36,7 +36,8 @@ from wurk.core import threads
 from wurk.core.logging import get_logger
 from wurk.push.confirmed import ConfirmedPush, PushNotConfirmedError
 from wurk.push.spool import Destination, SpoolEntry, write_spool
-from wurk.redis.pool import ErrorKind, PoolExhausted, RedisPool, classify
+from wurk.redis.policy import ErrorKind, PoolExhausted, classify
+from wurk.redis.pool import RedisPool
 from wurk.wire import keys
 
 log = get_logger("wurk.push")
@@ -253,7 +254,8 @@ def spool_entries(pushes: list[PendingPush]) -> list[SpoolEntry]:
 _live_buffers: weakref.WeakSet[PushBuffer] = weakref.WeakSet()
 
 
-def _reset_after_fork() -> None:
+def forget_after_fork() -> None:
+    """In a forked child: every buffer forgets the parent's pushes and threads."""
     for buffer in list(_live_buffers):
         buffer.after_fork_in_child()
 
@@ -267,6 +269,4 @@ def flush_push_buffers() -> None:
     for buffer in list(_live_buffers):
         buffer.flush_at_exit()
 
-
-os.register_at_fork(after_in_child=_reset_after_fork)
 atexit.register(flush_push_buffers)

@@ -28,6 +28,7 @@ from wurk.push.buffered import PendingPush, PushBuffer
 from wurk.push.confirmed import ConfirmedPush, ConfirmedWriter, PushNotConfirmedError, QueuedJob
 from wurk.push.spool import Destination
 from wurk.push.spool_drain import drain_at_start
+from wurk.redis.pools import pool_for
 from wurk.settings.config import Config, default_config
 from wurk.wire import keys
 from wurk.wire.payload import check_args, dumps, new_jid, now_stamp, score
@@ -64,7 +65,7 @@ class Client:
 
     @property
     def pool(self) -> RedisPool:
-        return self._pool or self.config.pool
+        return self._pool or pool_for(self.config)
 
     _default: Client | None = None
     _default_pid = 0
@@ -225,8 +226,6 @@ def _as_push(batch: Sequence[tuple[dict[str, Any], float | None]]) -> ConfirmedP
                                for p, run_at in batch))
 
 
-def _forget_default_after_fork() -> None:
+def forget_default_client() -> None:
+    """Drop the process's default client (a forked child, or a new default config)."""
     Client._default = None
-
-
-os.register_at_fork(after_in_child=_forget_default_after_fork)

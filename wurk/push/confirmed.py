@@ -20,7 +20,6 @@ Duties:
 
 from __future__ import annotations
 
-import os
 import secrets
 import threading
 import weakref
@@ -35,7 +34,8 @@ from wurk.wire.lua import PUSH_ONCE
 from wurk.wire.payload import score
 
 if TYPE_CHECKING:
-    from wurk.redis.pool import Conn, RedisPool
+    from wurk.redis.connection import Conn
+    from wurk.redis.pool import RedisPool
 
 # Enough markers retired per write to keep up with any push rate, few enough
 # to keep the script call small.
@@ -173,9 +173,8 @@ class ConfirmedWriter:
 _live_writers: weakref.WeakSet[ConfirmedWriter] = weakref.WeakSet()
 
 
-def _reset_after_fork() -> None:
+def forget_after_fork() -> None:
+    """In a forked child: no markers of the parent's to retire."""
     for writer in list(_live_writers):
         writer.after_fork_in_child()
 
-
-os.register_at_fork(after_in_child=_reset_after_fork)

@@ -341,11 +341,10 @@ def claim(name: SpoolName) -> Claim | None:
 _held: set[int] = set()
 
 
-def _close_held_after_fork() -> None:
+def forget_after_fork() -> None:
+    """In a forked child: close our copies of the parent's claim locks."""
     for fd in list(_held):
         with contextlib.suppress(OSError):
             os.close(fd)
     _held.clear()
 
-
-os.register_at_fork(after_in_child=_close_held_after_fork)

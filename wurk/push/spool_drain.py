@@ -207,9 +207,8 @@ def drain_at_start(config: Config, pool: RedisPool) -> None:
     SpoolDrainer(config, pool, until_empty=True).start()
 
 
-def _reset_after_fork() -> None:
+def forget_after_fork() -> None:
+    """In a forked child: a fresh lock (another thread may have held it at fork)."""
     global _started_lock  # noqa: PLW0603 - a lock another thread held at fork is unusable
     _started_lock = threading.Lock()
 
-
-os.register_at_fork(after_in_child=_reset_after_fork)

@@ -1,23 +1,16 @@
-"""The Redis connection pool and its apply-safety policy.
-
-redis-py, left to itself, re-sends a command after a read timeout. For a job
-system that is a double push or a double-counted stat, so every connection
-here is built with redis-py's retries off and the pool decides, block by
-block, whether running the caller's block again is provably safe.
+"""The Redis connection pool: bounded, fork-aware, with the apply-safety
+policy of :mod:`wurk.redis.policy` on top.
 
 Duties:
-1. Hand out connections (``with pool.conn(idempotent=...) as conn``) from a
-   bounded LIFO pool; a checkout that starves is retried once.
-2. Know when a failure happened: while dialing (nothing was sent), or after
-   a command may have reached Redis. :class:`Conn` dials before it sends and
-   counts completed round trips, so the pool can tell.
-3. Decide with :func:`retry_plan`, a pure function: replay after a dial
-   failure or on an idempotent block with backoff and jitter up to a cap;
-   one immediate reconnect-and-retry on READONLY/NOREPLICAS/UNBLOCKED; never
-   replay a non-idempotent block once one of its round trips completed.
-4. Report every retry, refusal and give-up to the ``on_redis_error`` hook.
-5. Forget every inherited socket in a forked child (``os.register_at_fork``).
-6. Keep every wait inside ``pool.deadline`` while one is set (a drain):
+1. Hand out connections (``with pool.conn() as conn``, ``pool.run(block)``)
+   from a bounded LIFO pool; a checkout that starves is retried once.
+2. Run a caller's block and replay it only where
+   :func:`~wurk.redis.policy.retry_plan` allows, counting disruptions (dropped
+   connections) so readers know when to re-check state.
+3. Report every retry, refusal and give-up to the ``on_redis_error`` hook.
+4. Forget every inherited socket in a forked child
+   (:func:`forget_after_fork`, called by :mod:`wurk.runtime.forking`).
+5. Keep every wait inside ``pool.deadline`` while one is set (a drain):
    no dial, send or retry pause starts past it, and dial, read and checkout
    timeouts are clipped to the time left (:mod:`wurk.redis.limits`). A dial,
    TLS handshake included, is bounded by the connect timeout.
@@ -25,253 +18,32 @@ Duties:
 
 from __future__ import annotations
 
-import ctypes
-import enum
-import errno
 import os
 import queue
 import random
-import socket
-import sys
 import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis
-import redis.exceptions as rx
 from redis.backoff import NoBackoff
 from redis.retry import Retry
-from redis.sentinel import Sentinel, SentinelConnectionPool
 
 from wurk.core.logging import get_logger
-from wurk.redis.limits import Deadline, DeadlinePassed, bounded_dial
+from wurk.redis.connection import Conn
+from wurk.redis.limits import Deadline, bounded_dial
+from wurk.redis.policy import ErrorKind, Plan, PoolExhausted, backoff_delay, classify, retry_plan
+from wurk.redis.sentinel import SentinelSettings
+from wurk.settings.hooks import RedisErrorHook
 
 if TYPE_CHECKING:
     from wurk.settings.config import Config
 
 T = TypeVar("T")
-
-# Replies that mean the server we reached is not (or no longer) the primary.
-FAILOVER_PREFIXES = ("READONLY", "NOREPLICAS", "UNBLOCKED")
-# What redis-py's Sentinel connections raise in place of a READONLY reply.
-DEMOTED_MASTER = "The previous master is now a slave"
-
-
-class ConnectError(rx.ConnectionError):
-    """Raised while dialing or handshaking: no command of the block left us."""
-
-
-class PoolExhausted(rx.ConnectionError):
-    """No connection came free within the checkout timeout."""
-
-
-class RedisErrorHook(Protocol):
-    def __call__(self, error: BaseException, *, attempt: int, action: str) -> None: ...
-
-
-class ErrorKind(enum.Enum):
-    CONNECT = "connect"      # failed while dialing (or LOADING): provably unapplied
-    IO = "io"                # failed after sending: outcome unknown
-    FAILOVER = "failover"    # READONLY & co: the command was refused outright
-    OTHER = "other"          # a real error reply or a bug: not ours to retry
-
-
-class Plan(enum.Enum):
-    FAILOVER = "failover"    # reconnect and retry at once
-    BACKOFF = "backoff"      # reconnect after a pause and retry
-    UNSAFE = "unsafe"        # may have applied: report and raise
-    EXHAUSTED = "exhausted"  # replayable, but out of attempts: report and raise
-    PROPAGATE = "propagate"  # not transient: raise untouched
-
-
-def classify(error: BaseException) -> ErrorKind:
-    if isinstance(error, rx.AuthenticationError | rx.AuthorizationError):
-        return ErrorKind.OTHER
-    if isinstance(error, ConnectError | DeadlinePassed | rx.BusyLoadingError):
-        # LOADING (a restarted server still reading its data) refuses every
-        # command it answers: as provably unapplied as a failed dial.
-        return ErrorKind.CONNECT
-    if isinstance(error, rx.ResponseError):
-        failover = str(error).startswith(FAILOVER_PREFIXES) or isinstance(error, rx.ReadOnlyError)
-        return ErrorKind.FAILOVER if failover else ErrorKind.OTHER
-    if isinstance(error, rx.ConnectionError) and str(error) == DEMOTED_MASTER:
-        return ErrorKind.FAILOVER
-    if isinstance(error, rx.ConnectionError | rx.TimeoutError | OSError):
-        return ErrorKind.IO
-    return ErrorKind.OTHER
-
-
-def retry_plan(kind: ErrorKind, attempt: int, max_attempts: int, *,
-               idempotent: bool, dirty: bool) -> Plan:
-    """What to do after attempt number ``attempt`` (1-based) failed.
-
-    ``dirty`` means an earlier round trip of this block completed, so some
-    of its commands certainly applied.
-    """
-    if kind is ErrorKind.OTHER:
-        return Plan.PROPAGATE
-    replayable = idempotent or (not dirty and kind in (ErrorKind.CONNECT, ErrorKind.FAILOVER))
-    if not replayable:
-        return Plan.UNSAFE
-    if kind is ErrorKind.FAILOVER:
-        return Plan.FAILOVER if attempt == 1 else Plan.EXHAUSTED
-    return Plan.BACKOFF if attempt < max_attempts else Plan.EXHAUSTED
-
-
-def backoff_delay(attempt: int, base: float, cap: float, rng: random.Random) -> float:
-    """Exponential from ``base``, capped, with up to 50% jitter to de-sync a fleet."""
-    delay: float = min(cap, base * (2 ** (attempt - 1)))
-    return delay + rng.random() * delay * 0.5
-
-
-def _load_peek() -> Callable[[int], bool] | None:
-    """A check for "nothing to read, still open" on an idle socket: libc
-    recv(fd, 1 byte, MSG_PEEK | MSG_DONTWAIT) through ctypes.PyDLL, which keeps
-    the GIL. A Python socket call would release it, and on a busy worker each
-    release can cost a wait of a whole switch interval."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        recv = ctypes.PyDLL(None, use_errno=True).recv
-    except (OSError, AttributeError):
-        return None
-    recv.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    recv.restype = ctypes.c_ssize_t
-    byte = ctypes.create_string_buffer(1)
-    flags = socket.MSG_PEEK | socket.MSG_DONTWAIT
-    would_block = {errno.EAGAIN, errno.EWOULDBLOCK}
-
-    def quiet_and_open(fd: int) -> bool:
-        return recv(fd, byte, 1, flags) < 0 and ctypes.get_errno() in would_block
-
-    return quiet_and_open
-
-
-_quiet_and_open = _load_peek()
-
-
-def _server_closed(raw: Any) -> bool:
-    """True when an idle socket must be re-dialed: EOF, an error, or bytes
-    nobody asked for (a reply out of step)."""
-    if _quiet_and_open is not None:
-        try:
-            return not _quiet_and_open(raw._sock.fileno())
-        except OSError:
-            return True
-    try:
-        return bool(raw.can_read(0))
-    except (rx.ConnectionError, OSError):
-        return True
-
-
-class Conn:
-    """One checked-out connection. Dials before sending and counts round trips."""
-
-    def __init__(self, raw: Any, on_redial: Callable[[], None] | None = None,
-                 deadline: Deadline | None = None) -> None:
-        self.raw = raw
-        self.round_trips = 0
-        self.pid = os.getpid()
-        self._on_redial = on_redial
-        self._deadline = deadline or Deadline()
-
-    def _dial(self) -> None:
-        self._deadline.check()
-        raw: Any = self.raw
-        if raw._sock is not None:
-            # A socket the server closed while it sat idle in the pool reads
-            # as EOF; find out now, while re-dialing is still provably safe.
-            if not _server_closed(raw):
-                return
-            raw.disconnect()
-            # The server dropped us while idle: a restart, or a failover
-            # (Sentinel kills the clients of the servers it reconfigures).
-            if self._on_redial is not None:
-                self._on_redial()
-        connect_timeout = raw.socket_connect_timeout
-        raw.socket_connect_timeout = self._deadline.clip(connect_timeout)
-        try:
-            raw.connect()
-        except (rx.AuthenticationError, rx.AuthorizationError):
-            raise
-        except (rx.RedisError, OSError) as exc:
-            raise ConnectError(f"cannot connect to Redis: {exc}") from exc
-        finally:
-            raw.socket_connect_timeout = connect_timeout
-
-    def _read_timeout(self, timeout: float | None) -> float | None:
-        """The read timeout for one reply: as asked, clipped to the pool's deadline."""
-        if self._deadline.at is None:
-            return timeout
-        return self._deadline.clip(timeout or self.raw.socket_timeout)
-
-    def call(self, *args: Any, timeout: float | None = None) -> Any:
-        """Send one command and return its reply (bytes, ints, lists)."""
-        self._dial()
-        timeout = self._read_timeout(timeout)
-        self.raw.send_command(*args, check_health=False)
-        try:
-            reply = self.raw.read_response(timeout=timeout) if timeout else self.raw.read_response()
-        except rx.ResponseError as exc:
-            # A READONLY-style refusal applied nothing: it leaves the block clean.
-            if classify(exc) is not ErrorKind.FAILOVER:
-                self.round_trips += 1
-            raise
-        self.round_trips += 1
-        return reply
-
-    def pipeline(self, commands: Sequence[Sequence[Any]], *, transaction: bool = False,
-                 raise_on_error: bool = True, timeout: float | None = None) -> list[Any]:
-        """Send many commands in one write and read every reply: one round trip.
-
-        With ``transaction`` they are wrapped in MULTI/EXEC and the EXEC reply
-        is returned. Error replies are returned in place (or the first is
-        raised after every reply has been read, keeping the stream in step).
-        ``timeout`` replaces the read timeout for each reply (a WAIT inside).
-        """
-        if not commands:
-            return []
-        self._dial()
-        timeout = self._read_timeout(timeout)
-        wire = [("MULTI",), *commands, ("EXEC",)] if transaction else list(commands)
-        self.raw.send_packed_command(self.raw.pack_commands(wire), check_health=False)
-        replies: list[Any] = []
-        for _ in wire:
-            try:
-                replies.append(self.raw.read_response(timeout=timeout) if timeout
-                               else self.raw.read_response())
-            except rx.ResponseError as exc:
-                replies.append(exc)
-        # As in call(): a batch the server refused outright (READONLY & co, or
-        # a transaction whose EXEC never ran) applied nothing and leaves the block clean.
-        if not _applied_nothing(replies, transaction):
-            self.round_trips += 1
-        if transaction:
-            # A replica answers each queued write with READONLY and then EXEC
-            # with EXECABORT; surface the READONLY so failover handling sees it.
-            queued_errors = [r for r in replies[1:-1] if isinstance(r, rx.ResponseError)]
-            if queued_errors and not isinstance(replies[-1], list):
-                raise queued_errors[0]
-            replies = replies[-1] if isinstance(replies[-1], list) else [replies[-1]]
-        if raise_on_error:
-            for reply in replies:
-                if isinstance(reply, rx.ResponseError):
-                    raise reply
-        return replies
-
-    def close(self) -> None:
-        self.raw.disconnect()
-
-
-def _applied_nothing(replies: list[Any], transaction: bool) -> bool:
-    if transaction:
-        return not isinstance(replies[-1], list)
-    return all(isinstance(r, rx.ResponseError) and classify(r) is ErrorKind.FAILOVER
-               for r in replies)
 
 
 def _report_default(error: BaseException, *, attempt: int, action: str) -> None:
@@ -286,36 +58,6 @@ class RetrySettings:
     base: float = 0.5
     cap: float = 4.0
     checkout_timeout: float = 5.0
-
-
-@dataclass(frozen=True)
-class SentinelSettings:
-    """Where Sentinel runs and which master to follow; the URL still gives db and auth."""
-
-    sentinels: tuple[tuple[str, int], ...]
-    master: str
-    password: str | None = field(default=None, repr=False)
-
-    @classmethod
-    def from_config(cls, config: Config) -> SentinelSettings | None:
-        if not config.sentinels:
-            return None
-        pairs = []
-        for address in config.sentinels:
-            host, _, port = address.rpartition(":")
-            pairs.append((host, int(port)))
-        return cls(tuple(pairs), str(config.sentinel_master), config.sentinel_password)
-
-    def pool_template(self, kwargs: dict[str, Any],
-                      connect_timeout: float) -> redis.ConnectionPool:
-        """A pool whose connections ask the sentinels for the master on every dial,
-        so a reconnect after a failover reaches the promoted replica."""
-        own = {k: v for k, v in kwargs.items() if k not in ("host", "port", "connection_class")}
-        manager = Sentinel(list(self.sentinels), sentinel_kwargs={  # type: ignore[no-untyped-call]
-            "socket_timeout": connect_timeout, "socket_connect_timeout": connect_timeout,
-            "password": self.password, "retry": Retry(NoBackoff(), 0)})
-        return SentinelConnectionPool(self.master, manager, **own)  # type: ignore[no-untyped-call]
-
 
 _live_pools: weakref.WeakSet[RedisPool] = weakref.WeakSet()
 
@@ -522,9 +264,7 @@ class RedisPool:
         self._reset_state()
 
 
-def _reset_pools_after_fork() -> None:
+def forget_after_fork() -> None:
+    """In a forked child: abandon every pool's inherited sockets."""
     for pool in list(_live_pools):
         pool.after_fork_in_child()
-
-
-os.register_at_fork(after_in_child=_reset_pools_after_fork)

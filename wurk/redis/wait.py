@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from wurk.core.logging import get_logger
 from wurk.core.redaction import redact_url
-from wurk.redis.pool import ErrorKind, PoolExhausted, classify
+from wurk.redis.policy import ErrorKind, PoolExhausted, classify
 
 if TYPE_CHECKING:
     from wurk.redis.pool import RedisPool

@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from wurk.redis.pools import pool_for
 from wurk.runtime import settle
 from wurk.settings.queues import QueuePlan
 from wurk.wire import keys
@@ -68,7 +69,7 @@ class PausedQueues:
         if now >= self._expires:
             with self._lock:
                 if now >= self._expires:
-                    members = self._config.pool.call("SMEMBERS", keys.PAUSED, idempotent=True)
+                    members = pool_for(self._config).call("SMEMBERS", keys.PAUSED, idempotent=True)
                     self._names = frozenset(m.decode() for m in members)
                     self._expires = now + PAUSED_REFRESH
         return self._names
@@ -92,7 +93,7 @@ class BasicFetch:
             time.sleep(self.config.fetch_timeout)
             return None
         args = ["BRPOP", *(keys.queue(q) for q in names), self._block_arg]
-        reply = self.config.pool.run(lambda c: c.call(*args, timeout=self._read_timeout))
+        reply = pool_for(self.config).run(lambda c: c.call(*args, timeout=self._read_timeout))
         if reply is None:
             return None
         key, raw = reply
@@ -117,5 +118,5 @@ class BasicFetch:
     def requeue(self, works: Iterable[UnitOfWork]) -> int:
         commands = [w.requeue_command() for w in works]
         if commands:
-            self.config.pool.pipeline(commands)
+            pool_for(self.config).pipeline(commands)
         return len(commands)

@@ -39,40 +39,18 @@ from typing import TYPE_CHECKING, Any, cast
 from wurk.core import threads
 from wurk.core.logging import get_logger
 from wurk.observe import metrics
+from wurk.redis.pools import pool_for
+from wurk.settings.addresses import listen_address
 
 if TYPE_CHECKING:
     from wurk.runtime.heartbeat import Heartbeat
     from wurk.settings.config import Config
 
 log = get_logger("wurk.runtime.health")
-DEFAULT_HOST = "127.0.0.1"
 # A beat older than this many heartbeat intervals means the process is not live.
 STALE_BEATS = 3
 REBIND_PAUSE = 1.0
 Response = tuple[int, str, bytes]  # status, content type, body
-
-
-def parse_listen(raw: str) -> tuple[str, int]:
-    """``health_listen`` as (host, port); ValueError says what is wrong."""
-    text = raw.strip()
-    host, sep, port_text = text.rpartition(":")
-    if not sep:
-        host, port_text = "", text
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    if not port_text.isdigit() or int(port_text) > 65535:
-        raise ValueError("must be host:port (or :port) with a port from 0 to 65535")
-    if ":" in host and not text.startswith("["):
-        raise ValueError("must put an IPv6 host in brackets, as [::1]:9100")
-    return host or DEFAULT_HOST, int(port_text)
-
-
-def listen_address(raw: str, index: int = 0) -> tuple[str, int]:
-    """Where swarm child ``index`` listens: a fixed port plus the index; port 0 stays 0."""
-    host, port = parse_listen(raw)
-    if port and port + index > 65535:
-        raise ValueError(f"health_listen port {port} + child index {index} exceeds 65535")
-    return host, port + index if port else 0
 
 
 class HealthChecks:
@@ -105,7 +83,7 @@ class HealthChecks:
         if self.quiet():
             return 503, {"status": "quiet", **body}
         try:
-            self.config.pool.run(lambda conn: conn.call("PING"), idempotent=True, attempts=1)
+            pool_for(self.config).run(lambda conn: conn.call("PING"), idempotent=True, attempts=1)
         except Exception as exc:  # noqa: BLE001 - any Redis failure means not ready
             return 503, {"status": "redis_unavailable",
                          "error": f"{type(exc).__name__}: {exc}", **body}

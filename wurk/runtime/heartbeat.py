@@ -41,13 +41,14 @@ import redis.exceptions as rx
 from wurk.core import threads
 from wurk.core.logging import get_logger
 from wurk.push.buffered import unapplied
+from wurk.redis.pools import pool_for
 from wurk.version import __version__
 from wurk.wire import keys
 from wurk.wire.lua import BEAT
 from wurk.wire.payload import dumps
 
 if TYPE_CHECKING:
-    from wurk.runtime.manager import Counters, InFlightTable
+    from wurk.runtime.inflight import Counters, InFlightTable
     from wurk.settings.config import Config
     from wurk.settings.queues import QueuePlan
 
@@ -148,13 +149,13 @@ class Heartbeat:
             # and the beat itself, which frees before it writes, goes on.
             log.warning("heartbeat.flush_failed", error=f"{type(exc).__name__}: {exc}")
         started = time.perf_counter()
-        self.config.pool.call("PING", idempotent=True)
+        pool_for(self.config).call("PING", idempotent=True)
         rtt_us = int((time.perf_counter() - started) * 1_000_000)
         fields = ("info", self._info_json, "busy", self.in_flight.busy(),
                   "beat", repr(time.time()), "quiet", "true" if self.quiet else "false",
                   "rss", self._process.memory_info().rss // 1024, "rtt_us", rtt_us,
                   "concurrency", self.config.concurrency)
-        signal = self.config.pool.run(lambda c: BEAT.run(
+        signal = pool_for(self.config).run(lambda c: BEAT.run(
             c, [keys.PROCESSES, self.identity, keys.signals(self.identity)],
             [self.identity, keys.HEARTBEAT_TTL, *fields]))
         self.last_beat = time.monotonic()
@@ -175,7 +176,7 @@ class Heartbeat:
                 fields = [x for pair in work.items() for x in pair]
                 commands += [("HSET", key, *fields), ("EXPIRE", key, keys.HEARTBEAT_TTL)]
         try:
-            self.config.pool.pipeline(commands, transaction=True)
+            pool_for(self.config).pipeline(commands, transaction=True)
         except Exception as exc:
             if unapplied(exc) or isinstance(exc, rx.OutOfMemoryError):
                 # Never sent, or refused outright (NOREPLICAS during a
@@ -199,14 +200,14 @@ class Heartbeat:
         self._done.set()
         self._soon.set()
         if self._thread is not None:
-            self._thread.join(self.config.pool.deadline.clip(5.0))
+            self._thread.join(pool_for(self.config).deadline.clip(5.0))
         try:
             self.flush()
         except Exception as exc:  # noqa: BLE001 - Redis may be gone or full at exit
             log.error("heartbeat.flush_failed", error=f"{type(exc).__name__}: {exc}")
         try:
             # SREM and UNLINK only free memory: they work at maxmemory too.
-            self.config.pool.pipeline([
+            pool_for(self.config).pipeline([
                 ("SREM", keys.PROCESSES, self.identity),
                 ("UNLINK", keys.work_6_4(self.identity), keys.work(self.identity)),
             ], idempotent=True)

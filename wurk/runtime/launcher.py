@@ -39,6 +39,7 @@ from wurk.observe import metrics
 from wurk.push.buffered import flush_push_buffers
 from wurk.push.job import Registry, registry
 from wurk.push.spool_drain import SpoolDrainer
+from wurk.redis.pools import pool_for
 from wurk.runtime import health
 from wurk.runtime.heartbeat import Heartbeat, make_identity
 from wurk.runtime.manager import Manager
@@ -65,7 +66,7 @@ class Launcher:
         self.jobs = jobs or registry
         self.manager = Manager(config, plan, self.jobs, identity)
         self.poller = Poller(config)
-        self.spool = SpoolDrainer(config, config.pool)
+        self.spool = SpoolDrainer(config, pool_for(config))
         self.reaper = Reaper(config, identity)
         self.heartbeat = Heartbeat(config, plan, counters=self.manager.counters,
                                    in_flight=self.manager.in_flight,
@@ -124,7 +125,7 @@ class Launcher:
             deadline = time.monotonic() + self.config.shutdown_timeout
         log.info("launcher.stopping", identity=self.identity,
                  timeout=round(max(0.0, deadline - time.monotonic()), 3))
-        with self.config.pool.deadline.bounded(deadline + STOP_MARGIN):
+        with pool_for(self.config).deadline.bounded(deadline + STOP_MARGIN):
             return self._stop(deadline)
 
     def _stop(self, deadline: float) -> int:
@@ -164,7 +165,7 @@ def stop_before_exit(launcher: Launcher) -> int:
     so that a process leaving during a Redis outage still leaves on time."""
     deadline = time.monotonic() + launcher.config.shutdown_timeout
     requeued = launcher.stop(deadline)
-    with launcher.config.pool.deadline.bounded(deadline + STOP_MARGIN):
+    with pool_for(launcher.config).deadline.bounded(deadline + STOP_MARGIN):
         flush_push_buffers()
     return requeued
 

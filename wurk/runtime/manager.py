@@ -6,10 +6,10 @@ Duties:
    fetch, the processor's bookkeeping) is logged, the job the thread held goes
    back to its queue, and the thread carries on after a pause; a thread that
    dies anyway gives back its job the same way and is restarted.
-2. Keep the in-flight table (which slot runs which job since when) that the
-   heartbeat publishes and a hard stop requeues from.
-3. Count processed and failed executions between heartbeats.
-4. ``quiet`` stops fetching; ``stop(deadline)`` waits for running jobs until
+2. Own the process's in-flight table and counters (:mod:`wurk.runtime.inflight`),
+   which the processors fill and the heartbeat publishes; a hard stop
+   requeues from the table.
+3. ``quiet`` stops fetching; ``stop(deadline)`` waits for running jobs until
    the deadline, then pushes whatever is still running back to its queue in
    one pipeline and marks those slots so their late outcome is dropped (a
    failure still waiting to be written stops retrying: ``wait_abandoned``).
@@ -19,16 +19,16 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from wurk.core import logging as wlog
 from wurk.core import threads
 from wurk.core.logging import get_logger
+from wurk.redis.pools import pool_for
 from wurk.runtime.fetch import BasicFetch, Fetch, UnitOfWork
+from wurk.runtime.inflight import Counters, InFlightTable, Running
 from wurk.runtime.processor import Processor
 from wurk.runtime.reliable_fetch import ReliableFetch
-from wurk.wire.payload import dumps
 
 if TYPE_CHECKING:
     from wurk.push.job import Registry
@@ -38,108 +38,6 @@ if TYPE_CHECKING:
 log = get_logger("wurk.runtime.manager")
 # After a fetch or a processor failed outside a job: no spin if it keeps failing.
 ERROR_PAUSE = 1.0
-
-
-class Counters:
-    """Processed/failed executions since the last heartbeat took them."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.processed = 0
-        self.failed = 0
-
-    def record(self, *, failed: bool) -> None:
-        with self._lock:
-            self.processed += 1
-            if failed:
-                self.failed += 1
-
-    def take(self) -> tuple[int, int]:
-        with self._lock:
-            taken = (self.processed, self.failed)
-            self.processed = self.failed = 0
-        return taken
-
-    def give_back(self, processed: int, failed: int) -> None:
-        with self._lock:
-            self.processed += processed
-            self.failed += failed
-
-
-@dataclass
-class Running:
-    work: UnitOfWork
-    job: dict[str, Any]
-    run_at: float = field(default_factory=time.time)
-    abandoned: bool = False
-
-
-class InFlightTable:
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._slots: dict[str, Running] = {}
-        self._closed = False
-        self._abandoning = threading.Event()
-
-    def begin(self, slot: str, work: UnitOfWork, job: dict[str, Any]) -> bool:
-        """Record a job as running; False once a hard stop closed the table."""
-        with self._lock:
-            if self._closed:
-                return False
-            self._slots[slot] = Running(work, job)
-            return True
-
-    def finish(self, slot: str) -> bool:
-        """Clear the slot; True if a hard stop already requeued its job."""
-        running = self.take(slot)
-        return running is not None and running.abandoned
-
-    def take(self, slot: str) -> Running | None:
-        """Clear the slot and return what it held."""
-        with self._lock:
-            return self._slots.pop(slot, None)
-
-    def abandoned(self, slot: str) -> bool:
-        """True once a hard stop took the slot's job (it stays recorded until ``finish``)."""
-        with self._lock:
-            running = self._slots.get(slot)
-        return running is not None and running.abandoned
-
-    def wait_abandoned(self, slot: str, timeout: float) -> bool:
-        """Wait up to ``timeout`` for a hard stop; whether it took the slot's job."""
-        self._abandoning.wait(timeout)
-        return self.abandoned(slot)
-
-    def busy(self) -> int:
-        return len(self._slots)
-
-    def abandon_all(self) -> list[Running]:
-        with self._lock:
-            self._closed = True
-            running = [r for r in self._slots.values() if not r.abandoned]
-            for r in running:
-                r.abandoned = True
-        self._abandoning.set()
-        return running
-
-    def work_hash(self) -> dict[str, str]:
-        """Field -> JSON as Sidekiq's Workers API reads it (payload as a string)."""
-        with self._lock:
-            items = list(self._slots.items())
-        return {
-            slot: dumps({"queue": r.work.queue,
-                         "payload": r.work.raw.decode("utf-8", "replace"),
-                         "run_at": int(r.run_at)})
-            for slot, r in items
-        }
-
-    def slots(self) -> set[str]:
-        with self._lock:
-            return set(self._slots)
-
-    def running_jobs(self) -> list[Running]:
-        with self._lock:
-            return list(self._slots.values())
 
 
 class Manager:
@@ -248,7 +146,7 @@ class Manager:
         """
         running = self.in_flight.slots()
         # Their BRPOPs end by the pool's deadline during a drain, and so does this wait.
-        wait = self.config.pool.deadline.clip(self.config.fetch_timeout
+        wait = pool_for(self.config).deadline.clip(self.config.fetch_timeout
                                               + self.config.redis_read_timeout)
         limit = time.monotonic() + (wait or 0.0)
         for thread in self._threads:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-ServerMiddleware = Callable[[Mapping[str, Any], str, Callable[[], Any]], Any]
+from wurk.settings.hooks import ServerMiddleware
 
 
 def invoke(chain: Sequence[ServerMiddleware], payload: Mapping[str, Any], queue: str,

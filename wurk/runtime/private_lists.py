@@ -19,6 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from wurk.redis.pools import pool_for
 from wurk.runtime.fetch import UnitOfWork
 from wurk.wire import keys
 from wurk.wire.lua import CLAIM, REQUEUE
@@ -51,7 +52,7 @@ def claim(config: Config, identity: str, names: Sequence[str], want: int, *,
     args: list[Any] = [identity, want, len(names), *names,
                        names.index(landed.queue) + 1 if landed else 0,
                        landed.raw if landed else b"", *_ack_args(identity, acks)]
-    reply = config.pool.run(lambda c: CLAIM.run(c, keys_, args))
+    reply = pool_for(config).run(lambda c: CLAIM.run(c, keys_, args))
     return Claimed(int(reply[0]), [UnitOfWork(reply[i].decode(), reply[i + 1])
                                    for i in range(1, len(reply), 2)])
 
@@ -59,14 +60,14 @@ def claim(config: Config, identity: str, names: Sequence[str], want: int, *,
 def settle(config: Config, identity: str, acks: list[Ack]) -> None:
     args: list[Any] = [identity, 0, 0, 0, b"", *_ack_args(identity, acks)]
     # Removing a finished job twice removes nothing more: safe to replay.
-    config.pool.run(lambda c: CLAIM.run(c, _fixed_keys(identity), args), idempotent=True)
+    pool_for(config).run(lambda c: CLAIM.run(c, _fixed_keys(identity), args), idempotent=True)
 
 
 def wait_and_move(config: Config, identity: str, name: str, seconds: float) -> bytes | None:
     """Not idempotent either: a job moved whose reply was lost waits for a resync."""
     # Sidekiq sends an integer; Redis 6+ also takes a decimal.
     block: int | float = int(seconds) if float(seconds).is_integer() else seconds
-    raw: bytes | None = config.pool.run(lambda c: c.call(
+    raw: bytes | None = pool_for(config).run(lambda c: c.call(
         "BRPOPLPUSH", keys.queue(name), keys.wip(identity, name), block,
         timeout=seconds + config.redis_read_timeout))
     return raw
@@ -77,7 +78,7 @@ def give_back(config: Config, identity: str, works: Iterable[UnitOfWork]) -> int
     args: list[Any] = []
     for work in works:
         args += [keys.wip(identity, work.queue), keys.queue(work.queue), work.raw]
-    moved: int = config.pool.run(lambda c: REQUEUE.run(c, [], args), idempotent=True)
+    moved: int = pool_for(config).run(lambda c: REQUEUE.run(c, [], args), idempotent=True)
     return moved
 
 
@@ -87,7 +88,7 @@ def strays(config: Config, identity: str, names: Sequence[str],
     Only its fetcher thread claims, and that thread is the one asking, so no
     job joins in between; one that leaves in between is simply not found."""
     known = collections.Counter((w.queue, w.raw) for w in held)
-    contents: list[list[bytes]] = config.pool.pipeline(
+    contents: list[list[bytes]] = pool_for(config).pipeline(
         [("LRANGE", keys.wip(identity, name), 0, -1) for name in names], idempotent=True)
     found: list[UnitOfWork] = []
     for name, entries in zip(names, contents, strict=True):

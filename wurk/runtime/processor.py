@@ -51,7 +51,7 @@ from wurk.wire.payload import PayloadError, loads_job
 
 if TYPE_CHECKING:
     from wurk.runtime.fetch import Fetch, UnitOfWork
-    from wurk.runtime.manager import Counters, InFlightTable
+    from wurk.runtime.inflight import Counters, InFlightTable
     from wurk.settings.config import Config
 
 log = get_logger("wurk.runtime.processor")

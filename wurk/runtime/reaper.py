@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from wurk.core import threads
 from wurk.core.logging import get_logger
+from wurk.redis.pools import pool_for
 from wurk.wire import keys
 from wurk.wire.lua import RECOVER
 from wurk.wire.payload import score
@@ -46,7 +47,7 @@ def recover(config: Config, identity: str, now: float | None = None, *,
     job is blamed or made a suspect.
     """
     at = time.time() if now is None else now
-    reply = config.pool.run(lambda c: RECOVER.run(
+    reply = pool_for(config).run(lambda c: RECOVER.run(
         c, [keys.WIP_OWNERS, keys.wip_queues(identity), keys.DEAD, keys.QUEUES, keys.SUSPECTS],
         [identity, keys.wip_prefix(identity), config.max_recoveries, keys.PILL_PREFIX,
          keys.PILL_TTL, score(at), score(at - config.dead_timeout), config.dead_max_jobs,
@@ -61,12 +62,12 @@ def recover(config: Config, identity: str, now: float | None = None, *,
 def sweep(config: Config, me: str | None = None) -> int:
     """Recover every owner whose heartbeat expired; returns how many were recovered."""
     lock_ttl = max(1, int(config.reaper_interval / 2))
-    if not config.pool.call("SET", keys.REAPER_LOCK, me or "-", "NX", "EX", lock_ttl):
+    if not pool_for(config).call("SET", keys.REAPER_LOCK, me or "-", "NX", "EX", lock_ttl):
         return 0
     owners = [m.decode() for m in
-              config.pool.call("SMEMBERS", keys.WIP_OWNERS, idempotent=True)]
+              pool_for(config).call("SMEMBERS", keys.WIP_OWNERS, idempotent=True)]
     others = [o for o in owners if o != me]
-    alive = config.pool.pipeline([("EXISTS", o) for o in others], idempotent=True)
+    alive = pool_for(config).pipeline([("EXISTS", o) for o in others], idempotent=True)
     dead = [o for o, exists in zip(others, alive, strict=True) if not exists]
     for identity in dead:
         recover(config, identity)
@@ -86,7 +87,7 @@ class Reaper:
     def stop(self) -> None:
         self._done.set()
         if self._thread is not None:
-            self._thread.join(self.config.pool.deadline.clip(5.0))
+            self._thread.join(pool_for(self.config).deadline.clip(5.0))
 
     def _loop(self) -> None:
         while True:

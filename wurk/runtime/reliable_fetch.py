@@ -49,6 +49,7 @@ import redis.exceptions as rx
 
 from wurk.core import threads
 from wurk.core.logging import get_logger
+from wurk.redis.pools import pool_for
 from wurk.runtime import private_lists, settle
 from wurk.runtime.fetch import PausedQueues, UnitOfWork
 from wurk.runtime.private_lists import SUSPECT_WAITS, Ack
@@ -100,7 +101,7 @@ class ReliableFetch:
         self._thread: threading.Thread | None = None
         self._registered = True
         self._resync_pending = False
-        self._disruptions_seen = config.pool.disruptions
+        self._disruptions_seen = pool_for(config).disruptions
         self.paused = PausedQueues(config)
         single = len(plan.names) == 1
         # With one queue a blocking move waits on all our work; with several
@@ -134,7 +135,7 @@ class ReliableFetch:
             self._wake.notify_all()
         self._release_waiters()
         if self._thread is not None:
-            self._thread.join(self.config.pool.deadline.clip(
+            self._thread.join(pool_for(self.config).deadline.clip(
                 self.config.fetch_timeout + self.config.redis_read_timeout + 1))
         with self._cond:
             unstarted = self._take_ready() + ([self._landed] if self._landed else [])
@@ -272,7 +273,7 @@ class ReliableFetch:
             self._landed = self._block()
 
     def _needs_resync(self) -> bool:
-        seen = self.config.pool.disruptions
+        seen = pool_for(self.config).disruptions
         if seen != self._disruptions_seen:
             self._disruptions_seen = seen
             self._resync_pending = True
@@ -354,7 +355,7 @@ class ReliableFetch:
     def _register(self) -> None:
         """Own our private lists before a blocking move can fill one (which
         registers nothing itself), so recovery always finds them."""
-        self.config.pool.pipeline(
+        pool_for(self.config).pipeline(
             [("SADD", keys.WIP_OWNERS, self.identity),
              ("SADD", keys.wip_queues(self.identity), *self.plan.names)], idempotent=True)
         self._registered = True

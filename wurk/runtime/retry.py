@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from wurk.core.logging import get_logger
 from wurk.core.threads import describe
+from wurk.redis.pools import pool_for
 from wurk.runtime.settle import Settlement, write
 from wurk.wire import keys
 from wurk.wire.payload import dumps, now_stamp, score, to_seconds
@@ -150,7 +151,7 @@ def kill_commands(config: Config, raw: str | bytes, now: float) -> list[tuple[An
 def kill(config: Config, raw: str | bytes, now: float | None = None) -> None:
     """Send a payload (parsed or not) to the morgue. Replay-safe: one exact member."""
     commands = kill_commands(config, raw, time.time() if now is None else now)
-    config.pool.pipeline(commands, transaction=True, idempotent=True)
+    pool_for(config).pipeline(commands, transaction=True, idempotent=True)
 
 
 class RetryHandler:

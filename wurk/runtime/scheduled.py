@@ -37,6 +37,7 @@ from wurk.core.logging import get_logger
 from wurk.core.threads import describe
 from wurk.push.client import Client
 from wurk.push.confirmed import PushNotConfirmedError
+from wurk.redis.pools import pool_for
 from wurk.runtime.retry import kill
 from wurk.wire import keys
 from wurk.wire.lua import PROMOTE, ZPOPBYSCORE
@@ -74,7 +75,7 @@ class Poller:
     def stop(self) -> None:
         self._done.set()
         if self._thread is not None:
-            self._thread.join(self.config.pool.deadline.clip(JOIN_TIMEOUT))
+            self._thread.join(pool_for(self.config).deadline.clip(JOIN_TIMEOUT))
             if not self._thread.is_alive():
                 self._thread = None
 
@@ -106,7 +107,7 @@ class Poller:
     def _interval(self) -> float:
         if self.config.poll_interval_average is not None:
             return random_poll_interval(self.config.poll_interval_average, 1, self.rng)
-        count = self.config.pool.call("SCARD", keys.PROCESSES, idempotent=True)
+        count = pool_for(self.config).call("SCARD", keys.PROCESSES, idempotent=True)
         average = self.config.average_scheduled_poll_interval * max(1, int(count))
         return random_poll_interval(average, int(count), self.rng)
 
@@ -130,7 +131,7 @@ class Poller:
         """The reliable path: read a batch of due members, then move them in one script."""
         moved = 0
         while not self._done.is_set():
-            members: list[bytes] = self.config.pool.call(
+            members: list[bytes] = pool_for(self.config).call(
                 "ZRANGEBYSCORE", sset, "-inf", score(now), "LIMIT", 0, PROMOTE_BATCH,
                 idempotent=True)
             if not members:
@@ -145,7 +146,7 @@ class Poller:
         return moved
 
     def _promote(self, sset: str, args: list[Any]) -> int:
-        return int(self.config.pool.run(
+        return int(pool_for(self.config).run(
             lambda c: PROMOTE.run(c, [sset, keys.QUEUES, keys.DEAD], args), idempotent=True))
 
     def _promoted_form(self, raw: bytes, sset: str) -> tuple[str, str]:
@@ -160,7 +161,7 @@ class Poller:
 
     def _pop_due(self, sset: str, at: str) -> bytes | None:
         try:
-            popped: bytes | None = self.config.pool.run(
+            popped: bytes | None = pool_for(self.config).run(
                 lambda c: ZPOPBYSCORE.run(c, [sset], [at]))
         except Exception as exc:  # noqa: BLE001
             log.error("scheduler.pop_failed", set=sset, error=f"{type(exc).__name__}: {exc}")

@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 from wurk.core.logging import get_logger
 from wurk.core.threads import describe
-from wurk.redis.pool import backoff_delay
+from wurk.redis.policy import backoff_delay
+from wurk.redis.pools import pool_for
 from wurk.wire import keys
 from wurk.wire.lua import SETTLE
 from wurk.wire.payload import score
@@ -65,7 +66,7 @@ def write(config: Config, settlement: Settlement, private_list: str = "", claime
     # Idempotent: the claimed copy is removed before anything is written, so a
     # replay of a settle that landed finds no copy and writes nothing; without
     # a private list a replay re-adds the same member at the same score.
-    settled = config.pool.run(lambda c: SETTLE.run(c, [target, keys.SUSPECTS], args),
+    settled = pool_for(config).run(lambda c: SETTLE.run(c, [target, keys.SUSPECTS], args),
                               idempotent=True)
     return bool(settled)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from wurk.core.redaction import redact_url
+from wurk.settings.addresses import parse_listen, parse_metrics_url
 from wurk.settings.limits import range_problems
 from wurk.settings.redis_url import MAX_PORT, RedisUrlError, parse_redis_url
 
@@ -55,14 +56,12 @@ def _observability_problems(config: Config) -> list[tuple[str, str]]:
     # Imported only when set: these modules are not needed by a config without them.
     try:
         if config.metrics_url is not None:
-            from wurk.observe.metrics import parse_url  # noqa: PLC0415
 
-            parse_url(config.metrics_url)
+            parse_metrics_url(config.metrics_url)
     except ValueError as exc:
         found.append(("metrics_url", str(exc)))
     try:
         if config.health_listen is not None:
-            from wurk.runtime.health import parse_listen  # noqa: PLC0415
 
             parse_listen(config.health_listen)
     except ValueError as exc:

@@ -9,7 +9,10 @@ Duties:
    the bad value (every number within its range in :mod:`wurk.settings.limits`, the
    Redis URL whole by :mod:`wurk.settings.redis_url`); a value that may hold a
    password is quoted through :mod:`wurk.core.redaction`, as is ``repr(config)``.
-4. Own the process's Redis pool, built lazily so a forked child builds its own.
+4. Hold the process-wide default config (``configure``, ``default_config``).
+
+A Config holds values only: its Redis pool comes from
+:func:`wurk.redis.pools.pool_for`.
 
 Hooks (error, death, Redis error handlers and server middleware) are Python
 callables and so are set in code, never from TOML.
@@ -21,23 +24,21 @@ import dataclasses
 import math
 import os
 import tomllib
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+if TYPE_CHECKING:
+    from wurk.redis.pool import RedisPool
+
 from wurk.core.redaction import shown
-from wurk.redis.pool import RedisErrorHook, RedisPool
 from wurk.settings.checks import problems
+from wurk.settings.hooks import DeathHandler, ErrorHandler, RedisErrorHook, ServerMiddleware
 from wurk.settings.queues import QueueSpecError, parse_queues
 
-if TYPE_CHECKING:
-    from wurk.runtime.middleware import ServerMiddleware
-
 DEFAULT_REDIS_URL = "redis://localhost:6379/0"
-
-ErrorHandler = Callable[[BaseException, Mapping[str, Any]], None]
-DeathHandler = Callable[[Mapping[str, Any], BaseException], None]
 
 
 class ConfigError(ValueError):
@@ -130,8 +131,6 @@ class Config:
     server_middleware: list[ServerMiddleware] = field(default_factory=list, repr=False)
     on_redis_error: RedisErrorHook | None = field(default=None, repr=False)
 
-    _pool: RedisPool | None = field(default=None, init=False, repr=False, compare=False)
-
     def __post_init__(self) -> None:
         validate(self, source="arguments")
 
@@ -174,7 +173,6 @@ class Config:
         # and blame "arguments" for a value that came from the environment.
         for f in dataclasses.fields(cls):
             setattr(config, f.name, values[f.name] if f.name in values else _field_default(f))
-        config._pool = None
         validate(config, source=source, sources=where)
         return config
 
@@ -198,17 +196,23 @@ class Config:
             return self.push_replicas
         return 1 if self.sentinels else 0
 
+    # -- deprecated: pools live in wurk.redis.pools -----------------------
     @property
     def pool(self) -> RedisPool:
-        if self._pool is None:
-            self._pool = RedisPool.from_config(self)
-        return self._pool
+        """Deprecated: use ``wurk.redis.pools.pool_for(config)``."""
+        from wurk.redis.pools import pool_for  # noqa: PLC0415 - a shim, gone next release
+
+        warnings.warn("Config.pool is deprecated; use wurk.redis.pools.pool_for(config)",
+                      DeprecationWarning, stacklevel=2)
+        return pool_for(self)
 
     def reset_pool(self) -> None:
-        """Drop this process's pool; the next use builds a fresh one."""
-        if self._pool is not None:
-            self._pool.close()
-        self._pool = None
+        """Deprecated: use ``wurk.redis.pools.close_pool(config)``."""
+        from wurk.redis.pools import close_pool  # noqa: PLC0415 - a shim, gone next release
+
+        warnings.warn("Config.reset_pool() is deprecated; use wurk.redis.pools.close_pool(config)",
+                      DeprecationWarning, stacklevel=2)
+        close_pool(self)
 
 
 def _field_default(f: dataclasses.Field[Any]) -> Any:
@@ -216,7 +220,7 @@ def _field_default(f: dataclasses.Field[Any]) -> Any:
 
 
 # Fields a file or the environment may set; hooks are code-only.
-_CODE_ONLY = {"error_handlers", "death_handlers", "server_middleware", "on_redis_error", "_pool"}
+_CODE_ONLY = {"error_handlers", "death_handlers", "server_middleware", "on_redis_error"}
 
 
 def settable_fields() -> set[str]:
@@ -371,6 +375,13 @@ def _parse_bool(raw: str) -> bool:
 
 
 _default: Config | None = None
+# Told of a default config that configure() replaced (the pools close its pool).
+_on_replaced: list[Callable[[Config], None]] = []
+
+
+def when_default_replaced(callback: Callable[[Config], None]) -> None:
+    """Call ``callback(old)`` whenever ``configure`` replaces the default config."""
+    _on_replaced.append(callback)
 
 
 def default_config() -> Config:
@@ -383,8 +394,9 @@ def default_config() -> Config:
 
 def configure(config: Config | None = None, **overrides: Any) -> Config:
     """Install the process-wide default config (built from overrides if not given)."""
-    global _default  # noqa: PLW0603
-    if _default is not None and _default is not config:
-        _default.reset_pool()
-    _default = config if config is not None else Config.load(**overrides)
+    global _default
+    old, _default = _default, config if config is not None else Config.load(**overrides)
+    if old is not None and old is not _default:
+        for callback in _on_replaced:
+            callback(old)
     return _default

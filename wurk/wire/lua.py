@@ -20,7 +20,7 @@ from typing import Any
 
 import redis.exceptions as rx
 
-from wurk.redis.pool import Conn
+from wurk.redis.connection import Conn
 
 
 @dataclass(frozen=True)

@@ -167,3 +167,21 @@ def to_seconds(value: Any) -> float | None:
 def score(seconds: float) -> str:
     """A sorted-set score for a run-at time, written as Sidekiq does: a float string."""
     return repr(float(seconds))
+
+
+def parse_item(value: bytes | str) -> dict[str, Any] | None:
+    """The payload object, or None when the value is not a JSON object."""
+    try:
+        item = json.loads(value)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return None
+    return item if isinstance(item, dict) else None
+
+
+def latency_of(oldest: bytes | None, now: float | None = None) -> float:
+    """Seconds the oldest job has waited; 0 for an empty queue or a missing stamp."""
+    item = parse_item(oldest) if oldest is not None else None
+    enqueued = to_seconds(item.get("enqueued_at")) if item is not None else None
+    if enqueued is None:
+        return 0.0
+    return (time.time() if now is None else now) - enqueued
