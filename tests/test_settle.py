@@ -38,7 +38,8 @@ from wurk.redis.pools import close_pool
 from wurk.runtime.launcher import Launcher
 from wurk.runtime.reaper import sweep
 from wurk.runtime.retry import decode_backtrace
-from wurk.runtime.settle import Settlement, write
+from wurk.runtime.settle import write
+from wurk.runtime.work import Settlement
 from wurk.settings.config import Config
 from wurk.wire import keys
 from wurk.wire.payload import new_jid

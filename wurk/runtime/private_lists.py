@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from wurk.redis.pools import pool_for
-from wurk.runtime.fetch import UnitOfWork
+from wurk.runtime.work import UnitOfWork
 from wurk.wire import keys
 from wurk.wire.lua import CLAIM, REQUEUE
 

@@ -51,12 +51,13 @@ from wurk.core import threads
 from wurk.core.logging import get_logger
 from wurk.redis.pools import pool_for
 from wurk.runtime import private_lists, settle
-from wurk.runtime.fetch import PausedQueues, UnitOfWork
+from wurk.runtime.fetch import PausedQueues
 from wurk.runtime.private_lists import SUSPECT_WAITS, Ack
+from wurk.runtime.work import UnitOfWork
 from wurk.wire import keys
 
 if TYPE_CHECKING:
-    from wurk.runtime.settle import Settlement
+    from wurk.runtime.work import Settlement
     from wurk.settings.config import Config
     from wurk.settings.queues import QueuePlan
 
