@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from wurk.settings.config import Config
     from wurk.settings.queues import QueuePlan
 
-log = get_logger("wurk.runtime.manager")
+log = get_logger("wurk.manager")
 # After a fetch or a processor failed outside a job: no spin if it keeps failing.
 ERROR_PAUSE = 1.0
 

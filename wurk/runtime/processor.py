@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     from wurk.runtime.work import Fetch, UnitOfWork
     from wurk.settings.config import Config
 
-log = get_logger("wurk.runtime.processor")
+log = get_logger("wurk.processor")
 RunJob = Callable[[dict[str, Any], str, Registered | None], BaseException | None]
 
 

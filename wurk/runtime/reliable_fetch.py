@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from wurk.settings.config import Config
     from wurk.settings.queues import QueuePlan
 
-log = get_logger("wurk.runtime.fetch")
+log = get_logger("wurk.fetch")
 ERROR_PAUSE = 1.0
 # The longest a finished job waits for its acknowledgement to be sent.
 ACK_DELAY = 0.05

@@ -49,7 +49,7 @@ MAX_RETRY_COUNT = 2**53
 # Sidekiq's stand-in for an exception whose message cannot be read.
 UNREADABLE_MESSAGE = "!!! ERROR MESSAGE THREW AN ERROR !!!"
 _LEADING_INT = re.compile(r"\s*([+-]?\d{1,18})")
-log = get_logger("wurk.runtime.retry")
+log = get_logger("wurk.retry")
 
 
 def retry_delay(count: int, rng: random.Random, custom: float | None = None) -> float:

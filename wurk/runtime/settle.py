@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from wurk.runtime.work import Fetch, Settlement, UnitOfWork
     from wurk.settings.config import Config
 
-log = get_logger("wurk.runtime.settle")
+log = get_logger("wurk.settle")
 
 
 def write(config: Config, settlement: Settlement, private_list: str = "", claimed: bytes = b"",
