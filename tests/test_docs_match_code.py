@@ -21,7 +21,7 @@ from wurk.config import Config, settable_fields
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
-ADMIN_DOC = (ROOT / "docs" / "admin-cli.md").read_text(encoding="utf-8")
+ADMIN_DOC = (ROOT / "docs" / "reference" / "admin-cli.md").read_text(encoding="utf-8")
 
 
 def table_after(text: str, marker: str) -> list[list[str]]:
