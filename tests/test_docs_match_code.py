@@ -155,6 +155,14 @@ def test_the_documented_exit_statuses_are_the_codes_constants() -> None:
         assert "exit 3" not in text and "status 3 " not in text and "(3, " not in text, path
 
 
+def test_every_exit_status_the_prose_mentions_is_in_the_table() -> None:
+    documented = {status for status, *_ in exit_rows()}
+    mention = re.compile(r'(?<!")\b(?:exits?|exit status|status) (\d+)\b')
+    for path in DOCS:
+        mentioned = {int(n) for n in mention.findall(path.read_text(encoding="utf-8"))}
+        assert mentioned <= documented, (path.relative_to(ROOT), mentioned - documented)
+
+
 def source_constants() -> set[tuple[str, int]]:
     """Every ``EX_NAME = N`` in wurk/ and supervisor/, wherever a module lives."""
     found = set()
