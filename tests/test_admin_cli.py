@@ -1,4 +1,4 @@
-"""The ``wurk`` admin commands against a real Redis (docs/admin-cli.md).
+"""The ``wurk`` admin commands against a real Redis (docs/reference/admin-cli.md).
 
 Most tests run ``wurk.cli.main`` in process and read stdout/stderr; the
 processes they steer are real (an in-process Launcher, a ``wurk run``
@@ -548,8 +548,8 @@ def test_the_registry_is_the_extension_point(redis_server: RedisServer,
 
 
 def test_every_command_has_a_section_in_the_docs() -> None:
-    headings = [line for line in (REPO / "docs" / "admin-cli.md").read_text().splitlines()
-                if line.startswith("## ")]
+    page = REPO / "docs" / "reference" / "admin-cli.md"
+    headings = [line for line in page.read_text().splitlines() if line.startswith("## ")]
     names = [command.name for command in admin.REGISTRY]
     assert {"stats", "queues", "processes", "workers", "swarms", "retries", "dead",
             "scheduled", "pause", "unpause", "quiet", "stop", "restart", "dump"} <= set(names)

@@ -390,8 +390,9 @@ def num(bound: float) -> str:
     return str(int(bound)) if float(bound).is_integer() else str(bound)
 
 
-def test_readme_states_the_ranges_the_code_enforces() -> None:
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+def test_topology_reference_states_the_ranges_the_code_enforces() -> None:
+    page = Path(__file__).resolve().parent.parent / "docs" / "reference" / "topology.md"
+    readme = page.read_text(encoding="utf-8")
     rows = {line.split("|")[1].strip(" `"): line for line in readme.splitlines()
             if line.startswith("| `")}
     for key in ("max_memory_mb", "respawn_backoff_max", "boot_failure_limit", "shutdown_grace",
