@@ -11,7 +11,7 @@ Duties:
 2. :class:`SlotState`: a slot's wanted count (TTIN and TTOU move it within
    ``1..max_count``) and its restart record. ``count_exit`` judges a child's
    exit: one that dies before it is ready with :data:`EX_BOOT` counts toward
-   ``boot_failure_limit``, one that dies within :data:`CRASH_WINDOW` of its
+   ``boot_failure_limit`` (and raises the backoff), one that dies within :data:`CRASH_WINDOW` of its
    birth raises the backoff (:data:`BACKOFF_BASE` doubling up to
    ``respawn_backoff_max``), anything else respawns at once.
 3. Questions: the live children of a slot, whether every slot is full of

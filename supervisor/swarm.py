@@ -271,6 +271,7 @@ class Swarm:
 
     # -- children --------------------------------------------------------------
     def _spawn(self, slot: Slot, index: int) -> Child | None:
+        """Fork into the table; None when the fork failed (logged; the caller backs off)."""
         child = processes.spawn(
             slot, index, owner_pid=self.owner_pid, gc_freeze=self.topology.gc_freeze,
             inherited=[self._wake_r, self._wake_w, *ready_fds(self.children.values())])
