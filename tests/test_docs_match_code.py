@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from supervisor import cli as swarm_cli
-from supervisor.child_boot import EX_BOOT, EX_CRASH, EX_OK
+from supervisor.exits import EX_BOOT, EX_CRASH, EX_OK
 from supervisor.remote import SIGNAL_COMMANDS
 from supervisor.swarm import EX_KILLED
 from supervisor.topology import SLOT_KEYS, SWARM_KEYS

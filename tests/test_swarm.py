@@ -33,7 +33,7 @@ import structlog.testing
 from conftest import RedisServer, start_redis
 from waiting import wait_for
 
-from supervisor.child_boot import EX_BOOT
+from supervisor.exits import EX_BOOT
 from supervisor.swarm import Child, Swarm
 from supervisor.systemd import Notifier
 from supervisor.topology import parse
@@ -618,7 +618,7 @@ def test_scaling_away_a_pending_replacement_stops_the_child_it_replaces(
         old = Child(a, 1, procs[1].pid, None, identity="host:2:old", retiring=True)
         new = Child(a, 1, procs[2].pid, None)  # the rolling restart's, still booting
         swarm.children = {c.pid: c for c in (keep, old, new)}
-        swarm._rolling_pair = (old, new)
+        swarm.rolling.pair = (old, new)
 
         swarm._cmd_fewer()
         assert new.retiring and new.kill_at is not None
