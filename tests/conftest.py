@@ -110,6 +110,14 @@ def r(redis_server: RedisServer) -> Iterator[redis.Redis]:
 
 
 @pytest.fixture
+def rb(redis_server: RedisServer, r: redis.Redis) -> Iterator[redis.Redis]:
+    """A bytes client (no decoding) for byte-for-byte comparisons; ``r`` already flushed."""
+    client = redis.Redis(host="127.0.0.1", port=redis_server.port)
+    yield client
+    client.close()
+
+
+@pytest.fixture
 def config(redis_server: RedisServer, r: redis.Redis) -> Iterator[Config]:
     """A wurk config pointing at the test server, installed as the default."""
     cfg = Config(redis_url=redis_server.url, heartbeat_interval=0.2,
