@@ -19,14 +19,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+import admin_cli
 import pytest
 import redis
 import swarms
-import test_admin_cli
+from admin_cli import Cli, columns, field_lines
 from conftest import RedisServer, fill_to_maxmemory, free_port
 from structlog.testing import capture_logs
 from swarms import REPO, Launch, SwarmProcess, event_time, gone, push, slot
-from test_admin_cli import Cli, columns, field_lines
 from waiting import wait_for
 
 from supervisor.remote import SIGNAL_COMMANDS, RemoteControl, SwarmSnapshot
@@ -36,8 +36,8 @@ pytestmark = pytest.mark.timeout(90)
 
 # Fixtures shared with the modules they come from.
 launch = swarms.launch
-cli = test_admin_cli.cli
-_keep_logging = test_admin_cli._keep_logging
+cli = admin_cli.cli
+keep_logging = admin_cli.keep_logging
 
 HOST = socket.gethostname()
 HEARTBEAT = 0.5  # swarms.BASE_SETTINGS heartbeat_interval
