@@ -16,9 +16,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import admin_cli
+import cli_workers
 import pytest
 import redis
-import test_cli
 from admin_cli import HOST, Cli, swarm_control
 from conftest import RedisServer
 from test_api_support import launched, recording_job, ruby_heartbeat
@@ -131,12 +131,12 @@ def test_signals_sent_by_name_expire(cli: Cli, r: redis.Redis) -> None:
 
 @pytest.fixture
 def wurk_run(redis_server: RedisServer, r: redis.Redis, tmp_path: Path) -> Iterator[
-        Callable[..., test_cli.Worker]]:
-    (tmp_path / "clijobs.py").write_text(test_cli.JOBS_MODULE)
-    workers: list[test_cli.Worker] = []
+        Callable[..., cli_workers.Worker]]:
+    (tmp_path / "clijobs.py").write_text(cli_workers.JOBS_MODULE)
+    workers: list[cli_workers.Worker] = []
 
-    def start(*args: str) -> test_cli.Worker:
-        worker = test_cli.Worker(list(args), test_cli.child_env(redis_server.url, tmp_path),
+    def start(*args: str) -> cli_workers.Worker:
+        worker = cli_workers.Worker(list(args), cli_workers.child_env(redis_server.url, tmp_path),
                                  tmp_path)
         workers.append(worker)
         return worker
@@ -147,9 +147,9 @@ def wurk_run(redis_server: RedisServer, r: redis.Redis, tmp_path: Path) -> Itera
 
 
 def test_dump_quiet_and_stop_reach_a_wurk_run_process(
-        cli: Cli, r: redis.Redis, wurk_run: Callable[..., test_cli.Worker]) -> None:
+        cli: Cli, r: redis.Redis, wurk_run: Callable[..., cli_workers.Worker]) -> None:
     worker = wurk_run("-r", "clijobs", "--log-level", "info", "-c", "2")
-    identity = test_cli.registered_identity(r, worker)
+    identity = cli_workers.registered_identity(r, worker)
 
     dumped = cli("dump", identity, "--json")
     assert dumped.json == {"command": "dump", "signal": "TTIN", "processes": [identity],
@@ -162,7 +162,7 @@ def test_dump_quiet_and_stop_reach_a_wurk_run_process(
                              "at its next heartbeat"]
     # The heartbeat is 0.2 s; the deadline is generous for a loaded machine.
     wait_for(lambda: r.hget(identity, "quiet") == "true", timeout=5)
-    test_cli.push(r, "cli_echo", "late")
+    cli_workers.push(r, "cli_echo", "late")
     time.sleep(1.0)
     assert r.llen("cli:done") == 0 and r.llen("queue:default") == 1
 
