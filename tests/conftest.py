@@ -26,6 +26,10 @@ from wurk.config import Config
 from wurk.job import JobFunction
 from wurk.launcher import Launcher
 
+# The shared helper modules assert on behalf of the tests that call them:
+# pytest rewrites those asserts too, so a failure shows its values.
+pytest.register_assert_rewrite("admin_cli", "cli_workers", "fetching", "pools", "swarms")
+
 
 def free_port() -> int:
     with socket.socket() as s:
