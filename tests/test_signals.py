@@ -1,4 +1,4 @@
-"""wurk.signals: real signals sent to this process arrive as numbers on the pipe,
+"""wurk.runtime.signals: real signals sent to this process arrive as numbers on the pipe,
 and leaving the pipe gives back the wakeup fd and handlers it found."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from types import FrameType
 
 import pytest
 
-from wurk.signals import SignalPipe, poke
+from wurk.runtime.signals import SignalPipe, poke
 
 
 @pytest.fixture

@@ -19,8 +19,8 @@ from structlog.testing import capture_logs
 
 from tests.conftest import RedisServer, free_port, start_redis
 from tests.faultproxy import FaultProxy
-from tests.test_swarm import launch as swarm_launch  # noqa: F401 - a fixture, by that name
-from tests.test_swarm import push, slot
+from tests.swarms import launch as swarm_launch  # noqa: F401 - a fixture, by that name
+from tests.swarms import push, slot
 from tests.waiting import wait_for
 from wurk.push import spool
 from wurk.push.client import Client
