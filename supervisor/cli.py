@@ -98,12 +98,27 @@ def run(swarm: Swarm) -> int:
         try:
             while not swarm.wait_finished(0):
                 number = signals.next()
-                name = COMMANDS.get(signal.Signals(number)) if number else None
+                name = command_for(number)
                 if name:
                     swarm.command(name)
         finally:
             thread.join()
     return result[0] if result else 1
+
+
+def command_for(number: int | None) -> str | None:
+    """The swarm command a signal number asks for, if any.
+
+    The wakeup pipe also carries signals that a module loaded in the parent
+    installed a handler for (a real-time signal has no ``signal.Signals``
+    member): they are not ours, and must not stop the main loop.
+    """
+    if not number:
+        return None
+    try:
+        return COMMANDS.get(signal.Signals(number))
+    except ValueError:
+        return None
 
 
 def _wake_when_done(swarm: Swarm, signals: SignalPipe) -> None:

@@ -136,3 +136,13 @@ def test_leaving_on_an_error_restores_too() -> None:
         raise RuntimeError("boom")
     assert signal.getsignal(signal.SIGUSR1) == before
     assert signal.set_wakeup_fd(before_fd) == before_fd
+
+
+def test_the_swarm_parent_ignores_a_signal_number_it_has_no_command_for() -> None:
+    from supervisor.cli import command_for
+
+    assert command_for(signal.SIGTERM) == "shutdown"
+    assert command_for(signal.SIGUSR2) == "status"
+    # A real-time signal a preloaded module handles: no Signals member, no command.
+    assert command_for(signal.SIGRTMIN + 3) is None
+    assert command_for(0) is None
