@@ -1,4 +1,4 @@
-"""The ``wurk`` admin command line itself (docs/admin-cli.md): exit codes for
+"""The ``wurk`` admin command line itself (docs/reference/admin-cli.md): exit codes for
 arguments that do not fit, bad config and an unreachable Redis; global
 options on either side of the command; the command registry as the
 extension point; a docs section per command; the output helpers.
@@ -120,7 +120,7 @@ def test_the_registry_is_the_extension_point(redis_server: RedisServer,
 
 
 def test_every_command_has_a_section_in_the_docs() -> None:
-    headings = [line for line in (REPO / "docs" / "admin-cli.md").read_text().splitlines()
+    headings = [line for line in (REPO / "docs" / "reference" / "admin-cli.md").read_text().splitlines()
                 if line.startswith("## ")]
     names = [command.name for command in admin.REGISTRY]
     assert {"stats", "queues", "processes", "workers", "swarms", "retries", "dead",

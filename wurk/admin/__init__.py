@@ -6,7 +6,7 @@
 [list|show|save]``; ``wurk spool [list|push|discard]``. Every command is
 a thin layer over ``wurk.api`` (``spool`` over ``wurk.push.spool``): it builds
 one JSON-able payload, printed as is with ``--json`` (shapes
-documented in docs/admin-cli.md, and stable) or rendered as aligned plain
+documented in docs/reference/admin-cli.md, and stable) or rendered as aligned plain
 text otherwise.
 
 Duties:
@@ -33,7 +33,7 @@ Adding a command: write ``wurk/admin/<name>.py``
 with a ``COMMANDS`` tuple of :class:`AdminCommand` (name, help, a
 ``run(ctx, args)`` that calls ``ctx.emit(payload, render)``, and an
 ``arguments(parser)`` hook), add it to :data:`REGISTRY` below and document
-its JSON in docs/admin-cli.md. The global options, config loading, error
+its JSON in docs/reference/admin-cli.md. The global options, config loading, error
 handling and exit statuses come with the registry.
 """
 

@@ -2,7 +2,7 @@
 
 Duties:
 1. Build each command's ``--json`` payload from ``wurk.api`` (the shapes
-   are documented in docs/admin-cli.md and must stay stable).
+   are documented in docs/reference/admin-cli.md and must stay stable).
 2. Render the same payload as an aligned table for a person.
 3. Count only live processes and swarms (heartbeat unexpired), so a
    crashed process never inflates a figure.
