@@ -24,9 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from wurk.settings.addresses import parse_listen
-from wurk.settings.config import Config, ConfigError, environment_layer
+from wurk.settings.config import Config, ConfigError
 from wurk.settings.limits import MAX_CONCURRENCY, MAX_TIMEOUT, Range
 from wurk.settings.queues import QueueSpecError, parse_queue
+from wurk.settings.values import environment_layer
 
 # The most children one slot may have (its count, and TTIN's ceiling).
 MAX_CHILDREN = 1000
