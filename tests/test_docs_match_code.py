@@ -1,8 +1,8 @@
 """The documented signals, exit statuses and settings are the code's own.
 
 Tables written by hand drift (issue #12 found the README saying both 3 and
-69 for one exit status); these tests read README.md and docs/admin-cli.md
-and compare them with the constants the code acts on.
+69 for one exit status); these tests read README.md, docs/admin-cli.md and
+docs/reference/settings.md and compare them with the constants the code acts on.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from wurk.settings.config import Config, settable_fields
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 ADMIN_DOC = (ROOT / "docs" / "admin-cli.md").read_text(encoding="utf-8")
+SETTINGS_DOC = (ROOT / "docs" / "reference" / "settings.md").read_text(encoding="utf-8")
 
 
 def table_after(text: str, marker: str) -> list[list[str]]:
@@ -79,8 +80,8 @@ def test_the_documented_exit_statuses_are_the_codes_constants() -> None:
 
 
 def test_every_setting_has_a_row_in_the_configuration_table_with_its_default() -> None:
-    rows = table_after(README, "\n## Configuration\n")
-    documented = {re.sub(r"`", "", key): default for key, default, *_ in rows}
+    rows = table_after(SETTINGS_DOC, "# Settings\n")
+    documented = {re.sub(r"`", "", key): default for key, _kind, default, *_ in rows}
     assert set(documented) == settable_fields()
     defaults = Config(redis_url="redis://localhost:6379/0")
     for field in dataclasses.fields(Config):

@@ -177,7 +177,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("metrics_url", "str | None", None, limit=f"port 1 to {MAX_PORT}",
             help="`udp://host:port` of a statsd or DogStatsD agent; unset sends no metrics"),
     Setting("metrics_dogstatsd", "bool", False,
-            help="send tags DogStatsD's way (`\\|#class:X,queue:Y`) instead of folding them "
+            help="send tags DogStatsD's way (`|#class:X,queue:Y`) instead of folding them "
                  "into metric names"),
     Setting("metrics_prometheus", "bool", False,
             help="keep in-process totals and serve them on the health listener's "
