@@ -5,37 +5,46 @@ docs/reference/settings.md all agree with that table."""
 from __future__ import annotations
 
 import dataclasses
+import runpy
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from supervisor.parent_keys import PARENT_KEYS, SLOT_PARENT_KEYS
+from supervisor.topology import RANGES as TOPOLOGY_RANGES
+from supervisor.topology import SWARM_KEYS, Topology
 from wurk import cli as wurk_cli
 from wurk.settings import reference
 from wurk.settings.config import Config, settable_fields
 from wurk.settings.declaration import DECLARED, KINDS, config_fields
-from wurk.settings.declared import BY_NAME, HOOKS, SETTINGS
+from wurk.settings.declared import BY_NAME, HOOKS, RANGES, SETTINGS
 from wurk.settings.flags import flag_values
 from wurk.settings.values import environment_layer
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
+GENERATOR = runpy.run_path(str(ROOT / "scripts" / "settings-reference"),
+                           run_name="settings_reference")
+
+
 def test_the_committed_reference_page_is_what_the_generator_writes() -> None:
     committed = (ROOT / reference.PATH).read_text(encoding="utf-8")
-    assert committed == reference.page(), (
-        f"{reference.PATH} is stale: run `{reference.COMMAND}` from the repository's root "
-        "to regenerate it")
+    assert committed == GENERATOR["render"](), (
+        f"{reference.PATH} is stale: run `{reference.COMMAND}` to regenerate it")
 
 
 def test_the_check_mode_finds_a_stale_page(tmp_path: Path,
                                            capsys: pytest.CaptureFixture[str]) -> None:
     page = tmp_path / "settings.md"
-    assert reference.main(["--check", str(page)]) == 1
-    assert "run `python -m wurk.settings.reference`" in capsys.readouterr().err
-    assert reference.main([str(page)]) == 0
-    assert reference.main(["--check", str(page)]) == 0
-    assert page.read_text(encoding="utf-8") == reference.page()
+    main = GENERATOR["main"]
+    assert main(["--check", str(page)]) == 1
+    assert "run `scripts/settings-reference`" in capsys.readouterr().err
+    assert main([str(page)]) == 0
+    assert main(["--check", str(page)]) == 0
+    assert page.read_text(encoding="utf-8") == GENERATOR["render"]()
+    assert "## The swarm parent's keys" in page.read_text(encoding="utf-8")
 
 
 def test_config_has_exactly_the_declared_attributes_in_order() -> None:
@@ -132,3 +141,23 @@ def test_the_run_help_keeps_each_options_words(capsys: pytest.CaptureFixture[str
                   "REDIS_URL, or localhost)",
                   "--log-level LOG_LEVEL debug, info, warning, error, critical"):
         assert words in text, words
+
+
+def test_only_wurk_settings_are_read_from_the_environment() -> None:
+    assert all(s.from_env for s in SETTINGS)
+    assert not any(k.from_env or k.flag for k in PARENT_KEYS)
+    assert not {k.name for k in PARENT_KEYS} & settable_fields()
+
+
+def test_the_topology_is_built_from_the_parent_keys() -> None:
+    assert {k.name for k in PARENT_KEYS} == SWARM_KEYS
+    assert set(SLOT_PARENT_KEYS) <= SWARM_KEYS
+    own = {f.name: f for f in dataclasses.fields(Topology)}
+    assert list(own)[3:] == [k.name for k in PARENT_KEYS]
+    for key in PARENT_KEYS:
+        assert own[key.name].default == key.default, key.name
+        if key.range is not None:
+            integral = key.annotation.startswith("int")
+            assert TOPOLOGY_RANGES[key.name] == (integral, key.range.low, key.range.high)
+    for name in ("concurrency", "shutdown_timeout"):
+        assert TOPOLOGY_RANGES[name][1:] == (RANGES[name].low, RANGES[name].high)

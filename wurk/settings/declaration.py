@@ -66,7 +66,8 @@ class Setting:
     help: str
     range: Range | None = None
     choices: tuple[str, ...] = ()
-    # The documented bound of a value that is not a plain number (a port, a weight).
+    # The documented bound, where ``range`` alone does not say it (a port, a weight,
+    # a bound that depends on another setting).
     limit: str = ""
     # The reference page's default, where the value alone does not tell it.
     shown_default: str = ""
@@ -76,6 +77,8 @@ class Setting:
     # Read from these variables too, before WURK_<NAME> (which wins).
     also_env: tuple[str, ...] = ()
     secret: bool = False  # kept out of repr(config)
+    # False for a key only a file sets (the swarm parent's own keys).
+    from_env: bool = True
 
     @property
     def types(self) -> tuple[type, ...]:
@@ -109,14 +112,15 @@ class Setting:
         return _number(value)
 
     def range_text(self) -> str:
+        if self.limit:
+            return self.limit
         if self.range is not None:
             return self.range.describe()
-        if self.choices:
-            return ", ".join(f"`{choice}`" for choice in self.choices)
-        return self.limit
+        return ", ".join(f"`{choice}`" for choice in self.choices)
 
     def env_text(self) -> str:
-        return ", ".join(f"`{name}`" for name in (self.env, *self.also_env))
+        names = (self.env, *self.also_env) if self.from_env else ()
+        return ", ".join(f"`{name}`" for name in names)
 
     def flag_text(self) -> str:
         return ", ".join(f"`{name}`" for name in self.flag.names) if self.flag else ""
@@ -138,16 +142,17 @@ class Hook:
         return dataclasses.field(default=None, repr=False)
 
 
-def config_fields(settings: Sequence[Setting],
-                  hooks: Sequence[Hook]) -> Callable[[type[T]], type[T]]:
+def config_fields(settings: Sequence[Setting], hooks: Sequence[Hook] = (), *,
+                  own: Sequence[str] = ()) -> Callable[[type[T]], type[T]]:
     """A class decorator, applied under ``@dataclass``: each attribute set to
-    :data:`DECLARED` gets its declaration's field. The class must annotate
-    exactly the declared names, in order, with the declared types."""
+    :data:`DECLARED` gets its declaration's field. Besides the attributes named
+    in ``own``, the class must annotate exactly the declared names, in order,
+    with the declared types."""
     declared: dict[str, Setting | Hook] = {s.name: s for s in settings}
     declared |= {h.name: h for h in hooks}
 
     def decorate(cls: type[T]) -> type[T]:
-        written = dict(cls.__annotations__)
+        written = {n: a for n, a in cls.__annotations__.items() if n not in own}
         wanted = {name: d.annotation for name, d in declared.items()}
         if list(written.items()) != list(wanted.items()):
             differ = next(n for n in (*wanted, *written) if written.get(n) != wanted.get(n))

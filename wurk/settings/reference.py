@@ -1,30 +1,27 @@
 """The settings reference page, written from the declarations.
 
 ``docs/reference/settings.md`` is generated, never edited by hand: run
-``python -m wurk.settings.reference`` from the repository's root after
-changing :mod:`wurk.settings.declared` (a test fails while the committed page
+``scripts/settings-reference`` after changing :mod:`wurk.settings.declared`
+or :mod:`supervisor.parent_keys` (a test fails while the committed page
 differs from what it writes).
 
 Duties:
 1. :func:`settings_table`: one Markdown table of :class:`Setting` rows (key,
    type, default, range, environment variables, ``wurk run`` flag, what it
    does); :func:`hooks_table` for the code-only hooks.
-2. :func:`page`: the whole page.
-3. :func:`main`: write the page (or, with ``--check``, only say whether the
-   file on disk is stale).
+2. :func:`page`: the whole page, given the sections that come from outside
+   wurk (the swarm parent's keys).
 """
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Iterable, Sequence
-from pathlib import Path
+from collections.abc import Callable, Iterable, Sequence
 
 from wurk.settings.declaration import Hook, Setting
 from wurk.settings.declared import HOOKS, SETTINGS
 
 PATH = "docs/reference/settings.md"
-COMMAND = "python -m wurk.settings.reference"
+COMMAND = "scripts/settings-reference"
 
 INTRO = f"""\
 # Settings
@@ -62,11 +59,18 @@ def table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def settings_table(settings: Iterable[Setting]) -> str:
-    header = ["key", "type", "default", "range", "environment", "`wurk run` flag",
-              "what it does"]
-    return table(header, ([f"`{s.name}`", s.kind_text(), s.default_text(), s.range_text(),
-                           s.env_text(), s.flag_text(), s.help] for s in settings))
+def settings_table(settings: Iterable[Setting], *, environment: bool = True,
+                   flags: bool = True) -> str:
+    """Without ``environment`` or ``flags``, that column is left out (none of
+    the settings has one)."""
+    columns: list[tuple[str, Callable[[Setting], str]]] = [
+        ("key", lambda s: f"`{s.name}`"), ("type", Setting.kind_text),
+        ("default", Setting.default_text), ("range", Setting.range_text)]
+    columns += [("environment", Setting.env_text)] if environment else []
+    columns += [("`wurk run` flag", Setting.flag_text)] if flags else []
+    columns += [("what it does", lambda s: s.help)]
+    return table([name for name, _ in columns],
+                 ([show(s) for _, show in columns] for s in settings))
 
 
 def hooks_table(hooks: Iterable[Hook]) -> str:
@@ -75,28 +79,8 @@ def hooks_table(hooks: Iterable[Hook]) -> str:
                   for h in hooks))
 
 
-def page() -> str:
-    return "\n".join([INTRO, settings_table(SETTINGS), HOOKS_INTRO, hooks_table(HOOKS)])
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``[--check] [PATH]``: write the page to PATH (default: docs/reference/settings.md)."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    check = "--check" in args
-    path = Path(next((a for a in args if a != "--check"), PATH))
-    wanted = page()
-    current = path.read_text(encoding="utf-8") if path.exists() else None
-    if check:
-        if current != wanted:
-            print(f"{path} is stale: run `{COMMAND}` to regenerate it", file=sys.stderr)
-            return 1
-        return 0
-    if current != wanted:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(wanted, encoding="utf-8")
-        print(f"wrote {path}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def page(*sections: str) -> str:
+    """The ``[wurk]`` settings, the hooks, then ``sections`` (the swarm
+    parent's keys, which wurk cannot import: see scripts/settings-reference)."""
+    return "\n".join([INTRO, settings_table(SETTINGS), HOOKS_INTRO, hooks_table(HOOKS),
+                      *sections])
