@@ -3,9 +3,9 @@
 Duties:
 1. :func:`problems`: every setting whose value cannot be used, as (key,
    reason) pairs: a choice outside its list or a number outside its range
-   (both declared in :mod:`wurk.settings.declared`), a Redis URL that does not parse whole
-   (:mod:`wurk.settings.redis_url`), Sentinel settings that do not fit together, a
-   metrics URL or health address that does not parse.
+   (both declared in :mod:`wurk.settings.declared`), a Redis URL that does
+   not parse whole (:mod:`wurk.settings.redis_url`), Sentinel settings that
+   do not fit together, a metrics URL or health address that does not parse.
 2. Quote no value unredacted: the caller quotes the setting through
    :func:`wurk.core.redaction.shown`, so reasons cannot carry a password.
 """
@@ -21,7 +21,6 @@ from wurk.settings.redis_url import MAX_PORT, RedisUrlError, parse_redis_url
 
 if TYPE_CHECKING:
     from wurk.settings.config import Config
-
 
 
 def problems(config: Config) -> list[tuple[str, str]]:

@@ -58,7 +58,8 @@ class Flag:
 
 @dataclass(frozen=True)
 class Setting:
-    """One setting a TOML file, the environment or the command line may set."""
+    """One key of a ``[wurk]`` table, which the environment and ``wurk run``'s
+    options may also set, as declared."""
 
     name: str
     annotation: str  # a key of KINDS, exactly as the Config attribute writes its type

@@ -7,7 +7,7 @@ absurd value reaches a thread, a wait or a Redis command: a
 
 Duties:
 1. Name the bounds as constants (``MAX_CONCURRENCY``, ``MAX_TIMEOUT``...)
-   that other validators (the swarm's topology, queue weights) share.
+   that the declarations and other validators (queue weights) share.
 2. :class:`Range`: an inclusive range and the text that states it; each
    setting's range is declared with it in :mod:`wurk.settings.declared`,
    and the generated settings reference shows :meth:`Range.describe`.
