@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 import setproctitle
 
+from supervisor.exits import EX_BOOT, EX_CRASH, EX_OK
 from supervisor.liveness import pulser
 from wurk.core import logging as wlog
 from wurk.core import threads
@@ -48,17 +49,12 @@ from wurk.redis.wait import wait_or_signal
 from wurk.runtime import forking
 from wurk.runtime.launcher import Launcher, dump_threads, stop_before_exit
 from wurk.runtime.loading import load_modules
+from wurk.runtime.signals import SignalPipe, poke
 from wurk.settings.config import configure
 
 if TYPE_CHECKING:
     from supervisor.topology import Slot
 
-EX_OK = 0
-# The slot cannot boot (its modules fail to import, Redis refuses our
-# credentials): EX_UNAVAILABLE. An unreachable Redis is waited for instead.
-# Not 3: gunicorn's master halts when any child it reaps exits with 3.
-EX_BOOT = 69
-EX_CRASH = 70        # an unexpected error after boot
 PR_SET_PDEATHSIG = 1
 # Blocked in the supervise thread, hence blocked in a child until it is ready for them.
 MANAGED_SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGTSTP, signal.SIGHUP, signal.SIGUSR1,
@@ -94,7 +90,7 @@ def _boot_and_work(slot: Slot, index: int, parent_pid: int, ready_fd: int,
     for fd in inherited_fds:
         with contextlib.suppress(OSError):
             os.close(fd)
-    wakeup = _own_signals()
+    signals = _own_signals()
     signal.pthread_sigmask(signal.SIG_UNBLOCK, MANAGED_SIGNALS)
     reset_after_fork(slot)
     # Every line this child writes says which slot and index it serves.
@@ -110,15 +106,15 @@ def _boot_and_work(slot: Slot, index: int, parent_pid: int, ready_fd: int,
         load_modules(slot.config.require)
         # Pulses while waiting: the parent counts a child that waits out a
         # Redis outage as present, not as a slot that cannot fill.
-        if not wait_or_signal(pool_for(slot.config), *wakeup, lambda n: _while_booting(n, quiet),
-                              alive=pulser(ready_fd)):
+        if not wait_or_signal(pool_for(slot.config), signals.reader, signals.writer,
+                              lambda n: _while_booting(n, quiet), alive=pulser(ready_fd)):
             log.info("child.stopped_while_waiting", slot=slot.name, index=index)
             return EX_OK
     except BaseException as exc:  # noqa: BLE001 - SystemExit from an app module included
         log.error("child.boot_failed", slot=slot.name, index=index,
                   error=f"{type(exc).__name__}: {exc}")
         return EX_BOOT
-    launcher = Launcher(slot.config, on_stop_request=lambda: _poke(wakeup[1]),
+    launcher = Launcher(slot.config, on_stop_request=lambda: signals.poke(signal.SIGTERM),
                         extra_info={"slot": slot.name, "index": index, "swarm_pid": parent_pid})
     launcher.start()
     if quiet:
@@ -128,9 +124,9 @@ def _boot_and_work(slot: Slot, index: int, parent_pid: int, ready_fd: int,
     launcher.heartbeat.on_pulse = pulser(ready_fd)
     stopped = launcher.stopped.is_set
     threads.start("title", lambda: _keep_title(launcher, slot.name, index), stopped=stopped)
-    threads.start("orphan-guard", lambda: _orphan_guard(parent_pid, wakeup[1], stopped),
+    threads.start("orphan-guard", lambda: _orphan_guard(parent_pid, signals.writer, stopped),
                   stopped=stopped)
-    return _serve_signals(launcher, wakeup[0])
+    return _serve_signals(launcher, signals)
 
 
 def reset_after_fork(slot: Slot) -> None:
@@ -156,25 +152,16 @@ def set_parent_death_signal() -> None:
         libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
 
 
-def _own_signals() -> tuple[socket.socket, socket.socket]:
-    reader, writer = socket.socketpair()
-    writer.setblocking(False)
-    signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    # The parent's signals: sent to a child by mistake (or by a whole-group
-    # kill) they must not kill it without a drain.
-    for signum in (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGTTOU):
-        signal.signal(signum, signal.SIG_IGN)
-    # Ctrl-C reaches the whole process group; the parent decides what it means.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    for signum in (signal.SIGTERM, signal.SIGTSTP, signal.SIGTTIN):
-        signal.signal(signum, lambda *_: None)
-    return reader, writer
-
-
-def _poke(writer: socket.socket) -> None:
-    with contextlib.suppress(OSError):
-        writer.send(bytes([signal.SIGTERM]))
+def _own_signals() -> SignalPipe:
+    """The child's own wakeup pipe. Never restored: what it replaced is the
+    parent's (its wakeup socket among it), and the child leaves by os._exit."""
+    return SignalPipe(
+        (signal.SIGTERM, signal.SIGTSTP, signal.SIGTTIN),
+        # The parent's signals: sent to a child by mistake (or by a whole-group
+        # kill) they must not kill it without a drain. Ctrl-C reaches the whole
+        # process group; the parent decides what it means.
+        ignored=(signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGTTOU, signal.SIGINT),
+        defaulted=(signal.SIGCHLD,)).install()
 
 
 def _send_ready(fd: int, identity: str) -> None:
@@ -191,18 +178,18 @@ def _while_booting(number: int, quiet: list[bool]) -> bool:
     return number == signal.SIGTERM
 
 
-def _serve_signals(launcher: Launcher, reader: socket.socket) -> int:
+def _serve_signals(launcher: Launcher, signals: SignalPipe) -> int:
     while True:
-        for number in reader.recv(64):
-            if number == signal.SIGTERM:
-                # A second TERM while draining lands here again and is ignored
-                # because stop() is already under way on this thread.
-                stop_before_exit(launcher)
-                return EX_OK
-            if number == signal.SIGTSTP:
-                launcher.quiet()
-            elif number == signal.SIGTTIN:
-                dump_threads()
+        number = signals.next()
+        if number == signal.SIGTERM:
+            # A second TERM while draining lands here again and is ignored
+            # because stop() is already under way on this thread.
+            stop_before_exit(launcher)
+            return EX_OK
+        if number == signal.SIGTSTP:
+            launcher.quiet()
+        elif number == signal.SIGTTIN:
+            dump_threads()
 
 
 def _keep_title(launcher: Launcher, slot_name: str, index: int) -> None:
@@ -225,7 +212,7 @@ def _orphan_guard(parent_pid: int, writer: socket.socket,
         time.sleep(ORPHAN_POLL)
     if not stopped():
         log.warning("child.orphaned", parent_pid=parent_pid)
-        _poke(writer)
+        poke(writer, signal.SIGTERM)
 
 
 def _orphaned(parent_pid: int) -> bool:

@@ -1,7 +1,8 @@
 """``wurk-swarm --topology config.toml``: run a supervised swarm of workers.
 
 The main thread only turns signals into commands for the supervise thread
-(read from a wakeup pipe; the handlers themselves do nothing):
+(read from a wakeup pipe, ``wurk.runtime.signals``; the handlers themselves do
+nothing):
 
 ========  ==========================================================
 TERM/INT  drain every child (finish or push back running jobs), exit
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import signal
-import socket
 import sys
 import threading
 from collections.abc import Sequence
@@ -27,6 +27,7 @@ from supervisor.swarm import Swarm
 from supervisor.topology import Topology, TopologyError, load
 from wurk.core import logging as wlog
 from wurk.core.redaction import redact_text
+from wurk.runtime.signals import SignalPipe
 from wurk.version import __version__
 
 EX_CONFIG = 78
@@ -85,40 +86,45 @@ def _probe(topology: Topology, pid: int) -> int:
 
 
 def run(swarm: Swarm) -> int:
-    reader, writer = socket.socketpair()
-    writer.setblocking(False)
-    previous = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
-    for signum in COMMANDS:
-        signal.signal(signum, lambda *_: None)
-    swarm.register_drain_hooks()
-    result: list[int] = []
-    thread = threading.Thread(target=lambda: result.append(swarm.supervise()),
-                              name="wurk-supervise")
-    swarm.supervisor_thread = thread
-    thread.start()
-    waker = threading.Thread(target=_wake_when_done, args=(swarm, writer), daemon=True)
-    waker.start()
-    try:
-        while not swarm.wait_finished(0):
-            for number in reader.recv(64):
-                name = COMMANDS.get(signal.Signals(number)) if number else None
+    with SignalPipe(COMMANDS) as signals:
+        swarm.register_drain_hooks()
+        result: list[int] = []
+        thread = threading.Thread(target=lambda: result.append(swarm.supervise()),
+                                  name="wurk-supervise")
+        swarm.supervisor_thread = thread
+        thread.start()
+        waker = threading.Thread(target=_wake_when_done, args=(swarm, signals), daemon=True)
+        waker.start()
+        try:
+            while not swarm.wait_finished(0):
+                number = signals.next()
+                name = command_for(number)
                 if name:
                     swarm.command(name)
-    finally:
-        thread.join()
-        signal.set_wakeup_fd(previous)
-        reader.close()
-        writer.close()
+        finally:
+            thread.join()
     return result[0] if result else 1
 
 
-def _wake_when_done(swarm: Swarm, writer: socket.socket) -> None:
+def command_for(number: int | None) -> str | None:
+    """The swarm command a signal number asks for, if any.
+
+    The wakeup pipe also carries signals that a module loaded in the parent
+    installed a handler for (a real-time signal has no ``signal.Signals``
+    member): they are not ours, and must not stop the main loop.
+    """
+    if not number:
+        return None
+    try:
+        return COMMANDS.get(signal.Signals(number))
+    except ValueError:
+        return None
+
+
+def _wake_when_done(swarm: Swarm, signals: SignalPipe) -> None:
     """Unblock the main thread's read once the supervise thread has finished."""
     swarm.wait_finished()
-    try:
-        writer.send(b"\0")
-    except OSError:
-        return
+    signals.poke(0)  # no signal has number 0
 
 
 if __name__ == "__main__":

@@ -13,7 +13,8 @@ Duties:
    ignored: the parent reads every tick, and an orphan has no one to tell).
 2. Parent side: :func:`read_pipe` drains a child's pipe without blocking;
    any byte is a pulse (the first line is the identity the child sends when
-   it is ready).
+   it is ready). :func:`read_child` notes the pulse, closes the pipe at end
+   of file and hands back the identity when the ready line has just come.
 3. :func:`hung` picks the ready children silent for longer than their slot's
    ``child_timeout`` (the supervise loop KILLs and replaces them), and
    :func:`all_fresh` says whether every ready child pulsed within
@@ -31,7 +32,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from supervisor.swarm import Child
+    from supervisor.children import Child
 
 PULSE = b"."
 # A ready child that has not pulsed for this many heartbeat intervals is stale.
@@ -61,6 +62,30 @@ def read_pipe(fd: int) -> bytes | None:
         if not chunk:
             return None
         data += chunk
+
+
+def read_child(child: Child, now: float) -> str | None:
+    """Read ``child``'s pipe; its identity if this read brought its ready line."""
+    if child.ready_fd is None:
+        return None
+    data = read_pipe(child.ready_fd)
+    if data is None:
+        close_pipe(child)
+        return None
+    if data:
+        child.last_pulse = now
+    # Before its ready line a child may pulse too (waiting for Redis).
+    line, newline, _ = data.lstrip(PULSE).partition(b"\n")
+    if child.identity is None and newline and line.strip():
+        return line.decode(errors="replace").strip()
+    return None
+
+
+def close_pipe(child: Child) -> None:
+    if child.ready_fd is not None:
+        with contextlib.suppress(OSError):
+            os.close(child.ready_fd)
+        child.ready_fd = None
 
 
 def silent_for(child: Child, now: float) -> float:

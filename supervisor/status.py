@@ -1,29 +1,34 @@
-"""USR2's status dump: one ``child.status`` log line per child of the swarm.
+"""How the swarm reports on itself: USR2's dump, its process title, its line in Redis.
 
 Duties:
-1. ``log_status``: each child's slot, index, pid, RSS, busy count, age,
-   seconds since its last liveness pulse, ready and retiring flags and
-   identity, in slot and index order.
+1. ``log_status`` (USR2): one ``child.status`` line per child with its slot,
+   index, pid, RSS, busy count, age, seconds since its last liveness pulse,
+   ready and retiring flags and identity, in slot and index order.
 2. ``busy_counts``: the busy count from each child's heartbeat, read from its
    slot's own Redis in one round trip per slot with no replays, so a Redis
    outage cannot stall supervision for a whole retry schedule per child. A
    value that is not an integer (Redis data is untrusted) is left unknown.
-3. ``rss_kb``: a child's resident memory (also the memory check's measure).
+3. ``status_line`` ("alpha: 2/2, beta: 1/3", live children of wanted), shown
+   in the :class:`Title` (``wurk-swarm: parent running [...]``, set only when
+   it changes and never inside a host, whose title it is) and sent to systemd.
+4. ``snapshot``: the swarm's slots, ready children and state, as
+   ``supervisor.remote`` beats them into ``wurk:swarms``.
+5. ``log_booted``: ``swarm.booted``, once, when every slot first has all its
+   children ready.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Mapping
 
-import psutil
+import setproctitle
 
 from supervisor import liveness
+from supervisor.children import Child, SlotState, live, wanted
+from supervisor.memory import rss_kb
+from supervisor.remote import SwarmSnapshot
 from wurk.core import logging as wlog
 from wurk.redis.pools import pool_for
-
-if TYPE_CHECKING:
-    from supervisor.swarm import Child
 
 log = wlog.get_logger("wurk.swarm")
 
@@ -59,15 +64,41 @@ def busy_counts(children: Iterable[Child]) -> dict[int, int]:
     return counts
 
 
-def rss_kb(pid: int) -> int:
-    try:
-        return int(psutil.Process(pid).memory_info().rss // 1024)
-    except psutil.Error:
-        return 0
-
-
 def _integer(value: object) -> int | None:
     try:
         return int(value) if isinstance(value, bytes | str | int) else None
     except ValueError:
         return None
+
+
+def status_line(children: Mapping[int, Child], slots: Mapping[str, SlotState]) -> str:
+    return ", ".join(f"{n}: {len(live(children, n))}/{s.wanted}" for n, s in slots.items())
+
+
+class Title:
+    def __init__(self, hosted: bool) -> None:
+        self.hosted = hosted
+        self.current = ""
+
+    def show(self, state: str, children: Mapping[int, Child],
+             slots: Mapping[str, SlotState]) -> None:
+        if self.hosted:
+            return
+        title = f"wurk-swarm: parent {state} [{status_line(children, slots)}]"
+        if title != self.current:
+            self.current = title
+            setproctitle.setproctitle(title)
+
+
+def snapshot(children: Iterable[Child], slots: Mapping[str, SlotState],
+             state: str) -> SwarmSnapshot:
+    ready = sorted((c.slot.name, c.index, c.identity) for c in children
+                   if c.identity is not None)
+    return SwarmSnapshot(slots=wanted(slots),
+                         children=[identity for _, _, identity in ready], state=state)
+
+
+def log_booted(children: Iterable[Child], slots: Mapping[str, SlotState],
+               seconds: float) -> None:
+    log.info("swarm.booted", ready=sum(c.ready for c in children),
+             slots=wanted(slots), seconds=round(seconds, 3))

@@ -27,6 +27,10 @@ from wurk.redis.pools import close_pool
 from wurk.runtime.launcher import Launcher
 from wurk.settings.config import Config
 
+# The shared helper modules assert on behalf of the tests that call them:
+# pytest rewrites those asserts too, so a failure shows its values.
+pytest.register_assert_rewrite("admin_cli", "cli_workers", "fetching", "pools", "swarms")
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -106,6 +110,14 @@ def r(redis_server: RedisServer) -> Iterator[redis.Redis]:
     """A plain redis-py client on the test server, flushed before each test."""
     client = redis_server.client()
     client.flushall()
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def rb(redis_server: RedisServer, r: redis.Redis) -> Iterator[redis.Redis]:
+    """A bytes client (no decoding) for byte-for-byte comparisons; ``r`` already flushed."""
+    client = redis.Redis(host="127.0.0.1", port=redis_server.port)
     yield client
     client.close()
 

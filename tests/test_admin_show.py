@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import redis
-from test_admin_cli import Cli, cli  # noqa: F401 - the fixture
+from admin_cli import Cli, cli  # noqa: F401 - the fixture
 from waiting import wait_for
 
 from wurk.push.job import JobFunction

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 import redis
+from cli_workers import Worker, child_env, jobs_dir, push  # noqa: F401 - fixture
 from conftest import RedisServer, free_port
-from test_cli import Worker, child_env, jobs_dir, push  # noqa: F401 - fixture
 from waiting import wait_for
 
 

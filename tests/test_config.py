@@ -376,8 +376,8 @@ def test_every_numeric_setting_has_a_range() -> None:
     assert sorted(RANGES) == NUMERIC
 
 
-def test_the_settings_reference_shows_each_range() -> None:
-    page = (Path(__file__).resolve().parent.parent / "docs" / "reference" / "settings.md")
+def test_settings_reference_shows_each_range() -> None:
+    page = Path(__file__).resolve().parent.parent / "docs" / "reference" / "settings.md"
     rows = {line.split("|")[1].strip(" `"): line
             for line in page.read_text(encoding="utf-8").splitlines() if line.startswith("| `")}
     for name, bounds in RANGES.items():

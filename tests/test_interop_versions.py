@@ -1,4 +1,4 @@
-"""The version matrix (docs/interop.md): what wurk writes for Sidekiq 6.4-8.1
+"""The version matrix (docs/how-to/interop.md): what wurk writes for Sidekiq 6.4-8.1
 and what it reads from each.
 
 - Default (``timestamps = "float"``): float-second timestamps, both in-flight

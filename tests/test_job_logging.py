@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import redis
-from test_cli import Worker, jobs_dir, push, spawn  # noqa: F401 - fixtures
+from cli_workers import Worker, jobs_dir, push, spawn  # noqa: F401 - fixtures
 from waiting import wait_for
 
 FAILING = '''

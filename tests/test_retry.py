@@ -13,7 +13,7 @@ import pytest
 import redis
 
 from wurk.core.threads import describe
-from wurk.push.job import make_options
+from wurk.push.options import make_options
 from wurk.runtime.retry import (
     MAX_MESSAGE,
     UNREADABLE_MESSAGE,

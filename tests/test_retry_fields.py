@@ -16,7 +16,7 @@ import pytest
 import redis
 from test_retry import Boom, make_job, raised
 
-from wurk.push.job import make_options
+from wurk.push.options import make_options
 from wurk.runtime.retry import RetryHandler
 from wurk.settings.config import Config
 

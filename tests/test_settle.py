@@ -20,17 +20,8 @@ import pytest
 import redis
 from conftest import RedisServer, start_redis
 from faultproxy import FaultProxy
+from fetching import Gate, launch_gated, payload, private_lists, quiet_background, reliable, wip
 from structlog.testing import capture_logs
-from test_reliable_fetch import (
-    Gate,
-    launch_gated,
-    payload,
-    private_lists,
-    quiet_background,
-    rb,
-    reliable,
-    wip,
-)
 from waiting import wait_for
 
 from wurk.push.job import JobFunction
@@ -38,12 +29,11 @@ from wurk.redis.pools import close_pool
 from wurk.runtime.launcher import Launcher
 from wurk.runtime.reaper import sweep
 from wurk.runtime.retry import decode_backtrace
-from wurk.runtime.settle import Settlement, write
+from wurk.runtime.settle import write
+from wurk.runtime.work import Settlement
 from wurk.settings.config import Config
 from wurk.wire import keys
 from wurk.wire.payload import new_jid
-
-__all__ = ["rb"]  # a fixture shared with test_reliable_fetch
 
 Define = Callable[..., JobFunction[..., Any]]
 Launch = Callable[..., Launcher]

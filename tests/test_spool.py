@@ -19,8 +19,8 @@ from structlog.testing import capture_logs
 
 from tests.conftest import RedisServer, free_port, start_redis
 from tests.faultproxy import FaultProxy
-from tests.test_swarm import launch as swarm_launch  # noqa: F401 - a fixture, by that name
-from tests.test_swarm import push, slot
+from tests.swarms import launch as swarm_launch  # noqa: F401 - a fixture, by that name
+from tests.swarms import push, slot
 from tests.waiting import wait_for
 from wurk.push import spool
 from wurk.push.client import Client
@@ -156,6 +156,7 @@ DRAIN = """
 import json, sys
 from wurk.settings.config import Config
 from wurk.push.spool_drain import drain_once
+from wurk.redis.pools import pool_for
 config = Config(redis_url=sys.argv[1])
 report = drain_once(config, pool_for(config))
 print(json.dumps({"pushed": len(report.pushed), "busy": len(report.busy)}))
@@ -181,6 +182,7 @@ def test_two_processes_draining_one_spool_push_each_job_once(
 DIE_AFTER = """
 import os, sys
 from wurk.push import confirmed, spool_drain
+from wurk.redis.pools import pool_for
 from wurk.settings.config import Config
 spool_drain.BATCH = 1
 write, calls = confirmed.ConfirmedWriter.write, [0]

@@ -1,6 +1,6 @@
 """Remote control of a real ``wurk-swarm`` through Redis, and the admin CLI against it.
 
-The swarm runs as a subprocess (the launcher fixture of test_swarm.py); the
+The swarm runs as a subprocess (the launcher fixture of tests/swarms.py); the
 ``wurk`` commands run in process (``wurk.cli.main``), except one that runs
 the real ``wurk`` entry point. In-process tests of ``supervisor.remote``
 cover the signal table and Redis trouble.
@@ -19,14 +19,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+import admin_cli
 import pytest
 import redis
-import test_admin_cli
-import test_swarm
+import swarms
+from admin_cli import Cli, columns, field_lines
 from conftest import RedisServer, fill_to_maxmemory, free_port
 from structlog.testing import capture_logs
-from test_admin_cli import Cli, columns, field_lines
-from test_swarm import REPO, Launch, SwarmProcess, _ts, gone, push, slot
+from swarms import REPO, Launch, SwarmProcess, event_time, gone, push, slot
 from waiting import wait_for
 
 from supervisor.remote import SIGNAL_COMMANDS, RemoteControl, SwarmSnapshot
@@ -36,12 +36,12 @@ from wurk.settings.config import Config
 pytestmark = pytest.mark.timeout(90)
 
 # Fixtures shared with the modules they come from.
-launch = test_swarm.launch
-cli = test_admin_cli.cli
-_keep_logging = test_admin_cli._keep_logging
+launch = swarms.launch
+cli = admin_cli.cli
+keep_logging = admin_cli.keep_logging
 
 HOST = socket.gethostname()
-HEARTBEAT = 0.5  # test_swarm's BASE_SETTINGS heartbeat_interval
+HEARTBEAT = 0.5  # swarms.BASE_SETTINGS heartbeat_interval
 # "Within one heartbeat", with room for a loaded machine: the child beats
 # every 0.5 s; the deadline is several beats so the test is not flaky.
 ONE_BEAT_DEADLINE = 5.0
@@ -150,7 +150,7 @@ def test_quiet_one_child_reaches_only_that_child(launch: Launch, cli: Cli,
     assert r.hget(children[1], "quiet") == "false"
     [received] = swarm.wait_events("heartbeat.signal", signal="TSTP")
     # Taken at the child's next beat: one heartbeat, plus slack for a busy machine.
-    assert _ts(received) - sent < HEARTBEAT + 1.5
+    assert event_time(received) - sent < HEARTBEAT + 1.5
 
     time.sleep(1.0)  # child 0 may still be inside one fetch_timeout (0.5 s)
     for n in range(6):
@@ -174,7 +174,7 @@ def test_a_child_stopped_remotely_exits_0_and_is_replaced(launch: Launch, cli: C
     assert exited["exit"] == "status 0"  # a clean drain, not a crash
     after = swarm.wait_ready(not_pids={victim["pid"]}, timeout=20)
     respawned = swarm.events("child.spawned", slot="alpha", index=0)[-1]
-    assert _ts(respawned) - _ts(exited) < 2.0  # at once: no crash backoff
+    assert event_time(respawned) - event_time(exited) < 2.0  # at once: no crash backoff
     assert not swarm.events("slot.backoff")
     assert after[("alpha", 0)]["pid"] != victim["pid"]  # replaced in its slot and index
     assert after[("alpha", 1)]["pid"] == before[("alpha", 1)]["pid"]

@@ -1,6 +1,6 @@
 """A hung swarm child is noticed, KILLed and replaced; a Redis outage hangs nobody.
 
-Real ``wurk-swarm`` subprocesses (test_swarm's launcher), real SIGSTOP,
+Real ``wurk-swarm`` subprocesses (the launcher of tests/swarms.py), real SIGSTOP,
 a real redis-server stopped and started again. The pure parts
 (``supervisor.liveness``, ``supervisor.probe`` on hand-written hashes) are
 tested in process.
@@ -23,9 +23,9 @@ from typing import Any
 
 import pytest
 import redis
-import test_swarm
+import swarms
 from conftest import RedisServer, start_redis
-from test_swarm import REPO, Launch, SwarmProcess, gone, push, slot
+from swarms import REPO, Launch, SwarmProcess, gone, push, slot, watchdog_pings
 from waiting import wait_for
 
 from supervisor import liveness
@@ -36,9 +36,9 @@ from wurk.redis.pools import close_pool
 
 pytestmark = pytest.mark.timeout(90)
 
-launch = test_swarm.launch
-notify_socket = test_swarm.notify_socket
-HEARTBEAT = 0.5  # test_swarm's BASE_SETTINGS heartbeat_interval
+launch = swarms.launch
+notify_socket = swarms.notify_socket
+HEARTBEAT = 0.5  # swarms.BASE_SETTINGS heartbeat_interval
 CHILD_TIMEOUT = 5.0
 
 
@@ -125,10 +125,6 @@ def test_a_child_killed_by_someone_else_leaves_processes_at_once(
     assert swarm.wait_exit() == 0
 
 
-def _watchdog_pings(sock: socket.socket, seconds: float) -> int:
-    return test_swarm._watchdog_pings(sock, seconds)
-
-
 class OwnRedis:
     """A swarm's Redis of its own, which a test stops and starts again on its port."""
 
@@ -172,12 +168,12 @@ def test_a_redis_outage_longer_than_child_timeout_hangs_nobody(
     sock, path = notify_socket
     with swarm_with_own_redis(launch, path, 2, child_timeout=3) as (swarm, own):
         pids = {info["pid"] for info in swarm.wait_ready().values()}
-        assert _watchdog_pings(sock, 2) >= 1
+        assert watchdog_pings(sock, 2) >= 1
         own.server.stop()
         swarm.wait_events("heartbeat.error", count=4)
         # Longer than child_timeout without a single beat reaching Redis; the
         # children still pulse, and the watchdog still hears from the parent.
-        assert _watchdog_pings(sock, 5) >= 2
+        assert watchdog_pings(sock, 5) >= 2
         own.restart(swarm)
         after = swarm.wait_ready(timeout=20)
         assert {info["pid"] for info in after.values()} == pids
@@ -194,12 +190,12 @@ def test_a_child_replaced_during_an_outage_waits_and_the_watchdog_is_still_fed(
     sock, path = notify_socket
     with swarm_with_own_redis(launch, path, 1, heartbeat_interval=0.5) as (swarm, own):
         [info] = swarm.wait_ready().values()
-        assert _watchdog_pings(sock, 2) >= 1
+        assert watchdog_pings(sock, 2) >= 1
         own.server.stop()
         os.kill(info["pid"], signal.SIGKILL)
         swarm.wait_events("redis.unreachable", count=3)
         # Well past three heartbeat intervals with the slot's only child booting.
-        assert _watchdog_pings(sock, 4) >= 2
+        assert watchdog_pings(sock, 4) >= 2
         own.restart(swarm)
         [after] = swarm.wait_ready(timeout=20).values()
         assert after["pid"] != info["pid"]

@@ -390,11 +390,11 @@ def num(bound: float) -> str:
     return str(int(bound)) if float(bound).is_integer() else str(bound)
 
 
-def test_the_docs_state_the_ranges_the_code_enforces() -> None:
-    root = Path(__file__).resolve().parent.parent
-    readme = (root / "README.md").read_text(encoding="utf-8")
-    page = (root / "docs" / "reference" / "settings.md").read_text(encoding="utf-8")
-    parent_keys = page[page.index("## The swarm parent's keys"):]
+def test_topology_reference_states_the_ranges_the_code_enforces() -> None:
+    docs = Path(__file__).resolve().parent.parent / "docs" / "reference"
+    readme = (docs / "topology.md").read_text(encoding="utf-8")
+    settings = (docs / "settings.md").read_text(encoding="utf-8")
+    parent_keys = settings[settings.index("## The swarm parent's keys"):]
     rows = {line.split("|")[1].strip(" `"): line for line in parent_keys.splitlines()
             if line.startswith("| `")}
     for key in ("max_memory_mb", "respawn_backoff_max", "boot_failure_limit", "shutdown_grace",

@@ -9,7 +9,8 @@ dispatches them.
 Signals (as Sidekiq): TERM or INT stop (drain within shutdown_timeout, push
 unfinished jobs back, exit 0); TSTP quiets (stop fetching, finish running
 jobs); TTIN logs every thread's stack. The main thread only reads signal
-numbers from a wakeup pipe; the work happens outside the handler.
+numbers from a wakeup pipe (``wurk.runtime.signals``); the work happens outside the
+handler.
 
 Before it starts, ``wurk run`` waits for Redis to answer (backoff up to
 10 s, one ``redis.unreachable`` line per attempt); TERM or INT during that
@@ -21,9 +22,7 @@ worker cannot start (Redis refused the credentials, or start-up failed),
 from __future__ import annotations
 
 import argparse
-import contextlib
 import signal
-import socket
 import sys
 import time
 from collections.abc import Sequence
@@ -35,6 +34,7 @@ from wurk.redis.pools import pool_for
 from wurk.redis.wait import wait_or_signal
 from wurk.runtime.launcher import Launcher, dump_threads, stop_before_exit
 from wurk.runtime.loading import load_modules
+from wurk.runtime.signals import SignalPipe
 from wurk.settings.config import Config, ConfigError, configure
 from wurk.settings.flags import add_setting_flags, flag_values
 from wurk.version import __version__
@@ -95,28 +95,16 @@ def _one_of(parser: argparse.ArgumentParser, flag: str, after: str | None,
 
 
 def run_worker(config: Config) -> int:
-    reader, writer = socket.socketpair()
-    reader.setblocking(True)
-    writer.setblocking(False)
-    previous_fd = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
-    for signum in HANDLED_SIGNALS:
-        # The handler does nothing: the wakeup fd already carries the number.
-        signal.signal(signum, lambda *_: None)
-
-    def request_stop() -> None:
-        with contextlib.suppress(OSError):
-            writer.send(bytes([signal.SIGTERM]))
-
-    try:
+    with SignalPipe(HANDLED_SIGNALS) as signals:
         quiet: list[bool] = []
         try:
-            if not wait_or_signal(pool_for(config), reader, writer,
+            if not wait_or_signal(pool_for(config), signals.reader, signals.writer,
                                   lambda n: _while_waiting(n, quiet)):
                 return 0
         except Exception as exc:  # noqa: BLE001 - a refusal waiting cannot fix
             _log_boot_failure(exc)
             return EX_SOFTWARE
-        launcher = Launcher(config, on_stop_request=request_stop)
+        launcher = Launcher(config, on_stop_request=lambda: signals.poke(signal.SIGTERM))
         try:
             launcher.start()
         except Exception as exc:  # noqa: BLE001 - report a boot failure plainly
@@ -125,11 +113,7 @@ def run_worker(config: Config) -> int:
             return EX_SOFTWARE
         if quiet:
             launcher.quiet()
-        return _serve(launcher, reader)
-    finally:
-        signal.set_wakeup_fd(previous_fd)
-        reader.close()
-        writer.close()
+        return _serve(launcher, signals)
 
 
 def _log_boot_failure(exc: Exception) -> None:
@@ -145,16 +129,16 @@ def _while_waiting(number: int, quiet: list[bool]) -> bool:
     return number in (signal.SIGTERM, signal.SIGINT)
 
 
-def _serve(launcher: Launcher, reader: socket.socket) -> int:
+def _serve(launcher: Launcher, signals: SignalPipe) -> int:
     while True:
-        for number in reader.recv(64):
-            if number in (signal.SIGTERM, signal.SIGINT):
-                stop_before_exit(launcher)
-                return 0
-            if number == signal.SIGTSTP:
-                launcher.quiet()
-            elif number == signal.SIGTTIN:
-                dump_threads()
+        number = signals.next()
+        if number in (signal.SIGTERM, signal.SIGINT):
+            stop_before_exit(launcher)
+            return 0
+        if number == signal.SIGTSTP:
+            launcher.quiet()
+        elif number == signal.SIGTTIN:
+            dump_threads()
 
 
 if __name__ == "__main__":

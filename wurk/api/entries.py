@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from wurk.api.errors import JobKilledError
 from wurk.api.records import JobRecord
@@ -29,7 +29,7 @@ from wurk.runtime.retry import kill_commands
 from wurk.wire.payload import loads_job, score
 
 if TYPE_CHECKING:
-    from wurk.api.sorted_sets import SortedSet
+    from wurk.push.client import Client
     from wurk.redis.connection import Conn
     from wurk.settings.config import Config
 
@@ -48,8 +48,19 @@ def run_death_handlers(config: Config, item: Mapping[str, Any]) -> None:
                         jid=item.get("jid"))
 
 
+class EntrySet(Protocol):
+    """What an entry needs of the sorted set it came from (``wurk.api.sorted_sets``)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def config(self) -> Config: ...
+    @property
+    def client(self) -> Client: ...
+
+
 class SortedEntry(JobRecord):
-    def __init__(self, parent: SortedSet, at: float, value: bytes | str) -> None:
+    def __init__(self, parent: EntrySet, at: float, value: bytes | str) -> None:
         super().__init__(value, config=parent.config)
         self.parent = parent
         self.score = at

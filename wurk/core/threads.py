@@ -31,7 +31,7 @@ from typing import Any
 
 from wurk.core.logging import get_logger
 
-log = get_logger("wurk.core.threads")
+log = get_logger("wurk.threads")
 RESTART_PAUSE = 1.0
 RESTART_PAUSE_MAX = 30.0
 # A loop that ran this long before dying starts again after the shortest pause.

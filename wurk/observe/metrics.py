@@ -41,7 +41,7 @@ from wurk.wire.payload import latency_of
 if TYPE_CHECKING:
     from wurk.settings.config import Config
 
-log = get_logger("wurk.observe.metrics")
+log = get_logger("wurk.metrics")
 Tags = tuple[tuple[str, str], ...]
 Gauge = tuple[str, float, Tags]
 E = TypeVar("E")

@@ -37,7 +37,7 @@ from wurk.wire import keys
 if TYPE_CHECKING:
     from wurk.settings.config import Config
 
-log = get_logger("wurk.observe.profiler")
+log = get_logger("wurk.profiler")
 T = TypeVar("T")
 PROFILE_TYPE = "cprofile"
 # The token a job option ``profile=True`` sends (Sidekiq's contract wants a string).

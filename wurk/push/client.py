@@ -34,7 +34,7 @@ from wurk.wire import keys
 from wurk.wire.payload import check_args, dumps, new_jid, now_stamp, score
 
 if TYPE_CHECKING:
-    from wurk.push.job import JobOptions
+    from wurk.push.options import JobOptions
     from wurk.redis.pool import RedisPool
 
 # Sidekiq's rule: a perform_in interval below this is relative, above it absolute.

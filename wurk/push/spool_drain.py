@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from wurk.redis.pool import RedisPool
     from wurk.settings.config import Config
 
-log = get_logger("wurk.push.spool")
+log = get_logger("wurk.spool")
 # Jobs per script call: small enough for a quick call, large enough to be cheap.
 BATCH = 100
 # A client retries files it found at start this often while Redis is away.

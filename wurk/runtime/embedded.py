@@ -17,7 +17,7 @@ from wurk.core.logging import get_logger
 from wurk.runtime.launcher import Launcher
 from wurk.settings.config import Config, default_config
 
-log = get_logger("wurk.runtime.embedded")
+log = get_logger("wurk.embedded")
 
 
 class Embedded:

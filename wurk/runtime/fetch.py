@@ -18,40 +18,19 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from wurk.redis.pools import pool_for
 from wurk.runtime import settle
+from wurk.runtime.work import UnitOfWork
 from wurk.settings.queues import QueuePlan
 from wurk.wire import keys
 
 if TYPE_CHECKING:
-    from wurk.runtime.settle import Settlement
+    from wurk.runtime.work import Settlement
     from wurk.settings.config import Config
 
 PAUSED_REFRESH = 1.0
-
-
-@dataclass(frozen=True, slots=True)
-class UnitOfWork:
-    queue: str
-    raw: bytes
-
-    def requeue_command(self) -> tuple[Any, ...]:
-        return ("RPUSH", keys.queue(self.queue), self.raw)
-
-
-class Fetch(Protocol):
-    """What processors need from a fetch strategy (basic or reliable)."""
-
-    def start(self) -> None: ...
-    def quiet(self) -> None: ...
-    def stop(self) -> None: ...
-    def fetch(self) -> UnitOfWork | None: ...
-    def acknowledge(self, work: UnitOfWork, jid: str | None = None) -> None: ...
-    def settle(self, work: UnitOfWork, jid: str | None, settlement: Settlement) -> bool: ...
-    def requeue(self, works: Iterable[UnitOfWork]) -> int: ...
 
 
 class PausedQueues:

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from wurk.runtime.heartbeat import Heartbeat
     from wurk.settings.config import Config
 
-log = get_logger("wurk.runtime.health")
+log = get_logger("wurk.health")
 # A beat older than this many heartbeat intervals means the process is not live.
 STALE_BEATS = 3
 REBIND_PAUSE = 1.0

@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from wurk.settings.config import Config
     from wurk.settings.queues import QueuePlan
 
-log = get_logger("wurk.runtime.heartbeat")
+log = get_logger("wurk.heartbeat")
 REMOTE_SIGNALS = ("TSTP", "TERM", "TTIN")
 
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from wurk.wire.payload import dumps
 
 if TYPE_CHECKING:
-    from wurk.runtime.fetch import UnitOfWork
+    from wurk.runtime.work import UnitOfWork
 
 
 class Counters:

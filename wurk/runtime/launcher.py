@@ -50,7 +50,7 @@ from wurk.settings.queues import parse_queues
 if TYPE_CHECKING:
     from wurk.settings.config import Config
 
-log = get_logger("wurk.runtime.launcher")
+log = get_logger("wurk.launcher")
 # Giving back and goodbyes get this long past the jobs' deadline; a swarm's
 # parent waits shutdown_grace (default 5 s) past it before it KILLs.
 STOP_MARGIN = 1.0

@@ -25,17 +25,18 @@ from wurk.core import logging as wlog
 from wurk.core import threads
 from wurk.core.logging import get_logger
 from wurk.redis.pools import pool_for
-from wurk.runtime.fetch import BasicFetch, Fetch, UnitOfWork
+from wurk.runtime.fetch import BasicFetch
 from wurk.runtime.inflight import Counters, InFlightTable, Running
 from wurk.runtime.processor import Processor
 from wurk.runtime.reliable_fetch import ReliableFetch
+from wurk.runtime.work import Fetch, UnitOfWork
 
 if TYPE_CHECKING:
     from wurk.push.job import Registry
     from wurk.settings.config import Config
     from wurk.settings.queues import QueuePlan
 
-log = get_logger("wurk.runtime.manager")
+log = get_logger("wurk.manager")
 # After a fetch or a processor failed outside a job: no spin if it keeps failing.
 ERROR_PAUSE = 1.0
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from wurk.redis.pools import pool_for
-from wurk.runtime.fetch import UnitOfWork
+from wurk.runtime.work import UnitOfWork
 from wurk.wire import keys
 from wurk.wire.lua import CLAIM, REQUEUE
 
@@ -109,3 +109,11 @@ def _ack_args(identity: str, acks: list[Ack]) -> list[Any]:
     for work, jid in acks:
         args += [keys.wip(identity, work.queue), work.raw, keys.pill(jid) if jid else ""]
     return args
+
+
+def register_owner(config: Config, identity: str, queues: Sequence[str]) -> None:
+    """Own our private lists before a blocking move can fill one, so that
+    recovery always finds them (a claim registers what it moves)."""
+    pool_for(config).pipeline(
+        [("SADD", keys.WIP_OWNERS, identity), ("SADD", keys.wip_queues(identity), *queues)],
+        idempotent=True)

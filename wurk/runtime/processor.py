@@ -46,15 +46,15 @@ from wurk.observe import metrics, profiler
 from wurk.push.job import Registered, Registry, UnknownJobError
 from wurk.runtime import middleware, settle
 from wurk.runtime.retry import RetryHandler
-from wurk.runtime.settle import Settlement
+from wurk.runtime.work import Settlement
 from wurk.wire.payload import PayloadError, loads_job
 
 if TYPE_CHECKING:
-    from wurk.runtime.fetch import Fetch, UnitOfWork
     from wurk.runtime.inflight import Counters, InFlightTable
+    from wurk.runtime.work import Fetch, UnitOfWork
     from wurk.settings.config import Config
 
-log = get_logger("wurk.runtime.processor")
+log = get_logger("wurk.processor")
 RunJob = Callable[[dict[str, Any], str, Registered | None], BaseException | None]
 
 

@@ -35,7 +35,7 @@ from wurk.wire.payload import score
 if TYPE_CHECKING:
     from wurk.settings.config import Config
 
-log = get_logger("wurk.runtime.reaper")
+log = get_logger("wurk.reaper")
 
 
 def recover(config: Config, identity: str, now: float | None = None, *,

@@ -1,45 +1,32 @@
 """Reliable fetch: a job leaves Redis only when its processor acknowledges it.
 
-Duties:
-1. One fetcher thread per process claims one job for each processor thread
-   that waits with none on its way (all of them in one round trip when
-   several wait), moving them atomically (CLAIM script) from their queue to
-   a private list owned by this process's identity; acknowledgements waiting
-   to be sent ride along in the same round trip. A process therefore never
-   holds more jobs than it has threads, and a job that no thread runs stays
-   in its queue, visible and free for others. When every queue is empty the
-   fetcher blocks on BRPOPLPUSH instead of polling; the job that lands waits
-   for the next CLAIM to check it before a thread gets it (at maxmemory,
-   where Redis refuses that move but not the claim, it polls with claims).
-   The owner registration at start is retried before a blocking move if it
-   failed: a claim registers what it moves, a blocking move does not.
-   Anything its loop raises is logged (``fetch.error``) and the loop goes on
-   after a pause; the thread runs under :mod:`wurk.core.threads`.
-2. Suspects (jobs recovered from a dead process, see wurk.runtime.reaper) run alone:
-   CLAIM hands one only to a process that holds no other job. While one
-   runs, or while one waits at the head of a queue for this process to hold
-   nothing, the fetcher claims and blocks for nothing else.
+Duties (docs/explanation/internals.md walks through them step by step):
+1. One fetcher thread claims a job for each processor thread waiting with
+   none on its way, all in one round trip (CLAIM moves them from their
+   queue to this process's private list; pending acks ride along). A
+   process never holds more jobs than threads. With every queue empty it
+   blocks on BRPOPLPUSH; the job that lands waits for the next CLAIM to
+   check it (at maxmemory, where Redis refuses the move, it polls with
+   claims). Anything the loop raises is logged (``fetch.error``) and the
+   loop goes on after a pause, under :mod:`wurk.core.threads`.
+2. Suspects (jobs recovered from a dead process, see wurk.runtime.reaper)
+   run alone: CLAIM hands one only to a process that holds nothing else,
+   and while one runs or waits for us, we claim nothing else.
 3. ``acknowledge`` removes a finished job from the private list and retires
-   its poison-pill counter and suspect mark (batched with the next claim, or
-   sent at once by the processor when the fetcher is blocked). A failed job
-   is not acknowledged: ``settle`` removes its copy and writes its retry or
-   dead entry in one script (``wurk.runtime.settle``), so no acknowledgement can
-   outlive a failure and delete a later copy of the job.
-4. ``requeue`` gives unfinished jobs back to their queues (REQUEUE script),
-   so a stop never loses one.
-5. After any disruption of the pool (a claim whose reply was lost, a
-   failover, a restarted Redis), ``resync`` gives back whatever sits in the
-   private lists that this process does not know it holds. A promoted
-   replica may lack an acknowledgement the old primary took; without this
-   the job would wait in a live process's private list until it exits.
+   its poison-pill counter and suspect mark, batched with the next claim or
+   sent at once while the fetcher blocks. A failed job is never acknowledged:
+   ``settle`` removes its copy and writes its retry or dead entry in one
+   script (``wurk.runtime.settle``).
+4. ``requeue`` gives unfinished jobs back to their queues (REQUEUE script).
+5. After a disruption of the pool (a lost claim reply, a failover, a
+   restarted Redis), ``resync`` gives back what sits in our private lists
+   that we do not know we hold.
 
-The round trips themselves are wurk.runtime.private_lists; recovering a dead
-process's lists is the reaper's job (wurk.runtime.reaper).
+The round trips themselves are wurk.runtime.private_lists.
 """
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
 from collections.abc import Iterable
@@ -51,16 +38,18 @@ from wurk.core import threads
 from wurk.core.logging import get_logger
 from wurk.redis.pools import pool_for
 from wurk.runtime import private_lists, settle
-from wurk.runtime.fetch import PausedQueues, UnitOfWork
+from wurk.runtime.fetch import PausedQueues
+from wurk.runtime.handover import HandOver
 from wurk.runtime.private_lists import SUSPECT_WAITS, Ack
+from wurk.runtime.work import UnitOfWork
 from wurk.wire import keys
 
 if TYPE_CHECKING:
-    from wurk.runtime.settle import Settlement
+    from wurk.runtime.work import Settlement
     from wurk.settings.config import Config
     from wurk.settings.queues import QueuePlan
 
-log = get_logger("wurk.runtime.fetch")
+log = get_logger("wurk.fetch")
 ERROR_PAUSE = 1.0
 # The longest a finished job waits for its acknowledgement to be sent.
 ACK_DELAY = 0.05
@@ -72,11 +61,10 @@ class ReliableFetch:
         self.plan = plan
         self.identity = identity
         # One lock for the bookkeeping; the fetcher waits on _wake. Claimed
-        # jobs travel to processors through a SimpleQueue, whose blocking get
-        # is a C lock: far cheaper per job than a Python Condition.
+        # jobs travel to processors through the hand-over, which shares the lock.
         self._cond = threading.Lock()
         self._wake = threading.Condition(self._cond)
-        self._ready: queue.SimpleQueue[UnitOfWork | None] = queue.SimpleQueue()
+        self._handover = HandOver(self._cond, self._wake, config.fetch_timeout)
         # Acks wait to ride along with the next claim, briefly.
         self._acks: list[Ack] = []
         self._acks_since = 0.0
@@ -84,11 +72,6 @@ class ReliableFetch:
         # Claimed and not yet acknowledged or given back, by object identity
         # (cheap per job); resync, which is rare, compares payloads.
         self._held: dict[int, UnitOfWork] = {}
-        # Threads waiting in fetch, and jobs handed over that none has taken
-        # yet: a thread counts in both until it has taken its job, so their
-        # difference is exactly the threads still to claim for.
-        self._waiting = 0
-        self._pending = 0
         # Ack flushes sent by processor threads, still under way.
         self._flushing = 0
         self._suspect: UnitOfWork | None = None
@@ -123,9 +106,9 @@ class ReliableFetch:
         """Stop claiming; jobs claimed but not yet started go straight back."""
         with self._cond:
             self._quiet = True
-            unstarted = self._take_ready()
+            unstarted = self._handover.take_all()
             self._wake.notify_all()
-        self._release_waiters()
+        self._handover.release_waiters()
         self._give_back(unstarted)
 
     def stop(self) -> None:
@@ -133,67 +116,24 @@ class ReliableFetch:
         with self._cond:
             self._stopping = True
             self._wake.notify_all()
-        self._release_waiters()
+        self._handover.release_waiters()
         if self._thread is not None:
             self._thread.join(pool_for(self.config).deadline.clip(
                 self.config.fetch_timeout + self.config.redis_read_timeout + 1))
         with self._cond:
-            unstarted = self._take_ready() + ([self._landed] if self._landed else [])
+            unstarted = self._handover.take_all() + ([self._landed] if self._landed else [])
             self._landed = None
         self._flush_acks()
         self._give_back(unstarted)
 
     # -- the processor side ---------------------------------------------------
     def fetch(self) -> UnitOfWork | None:
-        try:
-            work = self._ready.get_nowait()
-        except queue.Empty:
-            work = self._wait_for_work()
-        else:
-            with self._cond:
-                self._pending -= work is not None
+        work = self._handover.take(closed=lambda: self._stopping or self._quiet)
         if work is not None and self._quiet:
             # Claimed before quiet but not started: it goes back, not run.
             self._give_back([work])
             return None
         return work
-
-    def _wait_for_work(self) -> UnitOfWork | None:
-        with self._cond:
-            if self._stopping or self._quiet:
-                return None
-            self._waiting += 1
-            self._wake.notify()
-        work = None
-        try:
-            work = self._ready.get(timeout=self.config.fetch_timeout)
-        except queue.Empty:
-            pass
-        finally:
-            with self._cond:
-                # Both at once: the fetcher must never see this thread gone
-                # while its job still counts as on its way, or the reverse.
-                self._waiting -= 1
-                if work is not None:
-                    self._pending -= 1
-        return work
-
-    def _release_waiters(self) -> None:
-        """Wake processors blocked in fetch (quiet or stop): each gets None."""
-        for _ in range(self._waiting):
-            self._ready.put(None)
-
-    def _take_ready(self) -> list[UnitOfWork]:
-        """Empty the hand-over queue of claimed-but-unstarted jobs (caller holds the lock)."""
-        taken: list[UnitOfWork] = []
-        while True:
-            try:
-                work = self._ready.get_nowait()
-            except queue.Empty:
-                self._pending -= len(taken)
-                return taken
-            if work is not None:
-                taken.append(work)
 
     def acknowledge(self, work: UnitOfWork, jid: str | None = None) -> None:
         with self._cond:
@@ -283,7 +223,7 @@ class ReliableFetch:
         """Jobs to claim now (caller holds the lock): one per waiting thread
         with none on its way; none while a suspect runs or waits for us to
         hold nothing, or while a processor's ack flush is under way."""
-        shortfall = self._waiting - self._pending
+        shortfall = self._handover.shortfall()
         if self._quiet or shortfall <= 0 or self._flushing:
             return 0
         if (self._suspect is not None or self._suspect_waits) and not self._idle():
@@ -353,11 +293,7 @@ class ReliableFetch:
         return work
 
     def _register(self) -> None:
-        """Own our private lists before a blocking move can fill one (which
-        registers nothing itself), so recovery always finds them."""
-        pool_for(self.config).pipeline(
-            [("SADD", keys.WIP_OWNERS, self.identity),
-             ("SADD", keys.wip_queues(self.identity), *self.plan.names)], idempotent=True)
+        private_lists.register_owner(self.config, self.identity, self.plan.names)
         self._registered = True
 
     def _pause(self, seconds: float) -> None:
@@ -370,7 +306,7 @@ class ReliableFetch:
         with self._cond:
             if not self._quiet:
                 return
-            unstarted = self._take_ready()
+            unstarted = self._handover.take_all()
         self._give_back(unstarted)
 
     def _give_back(self, unstarted: list[UnitOfWork]) -> None:
@@ -387,8 +323,7 @@ class ReliableFetch:
     def _hand_over(self, work: UnitOfWork) -> None:
         """Caller holds the lock."""
         self._held[id(work)] = work
-        self._pending += 1
-        self._ready.put(work)
+        self._handover.put(work)
 
     def _release(self, work: UnitOfWork) -> None:
         """Caller holds the lock."""

@@ -34,12 +34,13 @@ from typing import TYPE_CHECKING, Any
 from wurk.core.logging import get_logger
 from wurk.core.threads import describe
 from wurk.redis.pools import pool_for
-from wurk.runtime.settle import Settlement, write
+from wurk.runtime.settle import write
+from wurk.runtime.work import Settlement
 from wurk.wire import keys
 from wurk.wire.payload import dumps, now_stamp, score, to_seconds
 
 if TYPE_CHECKING:
-    from wurk.push.job import JobOptions
+    from wurk.push.options import JobOptions
     from wurk.settings.config import Config
 
 MAX_MESSAGE = 10_000
@@ -48,7 +49,7 @@ MAX_RETRY_COUNT = 2**53
 # Sidekiq's stand-in for an exception whose message cannot be read.
 UNREADABLE_MESSAGE = "!!! ERROR MESSAGE THREW AN ERROR !!!"
 _LEADING_INT = re.compile(r"\s*([+-]?\d{1,18})")
-log = get_logger("wurk.runtime.retry")
+log = get_logger("wurk.retry")
 
 
 def retry_delay(count: int, rng: random.Random, custom: float | None = None) -> float:

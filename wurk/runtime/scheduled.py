@@ -46,7 +46,7 @@ from wurk.wire.payload import dumps, loads_job, score
 if TYPE_CHECKING:
     from wurk.settings.config import Config
 
-log = get_logger("wurk.runtime.scheduled")
+log = get_logger("wurk.scheduled")
 INITIAL_WAIT = 10.0
 JOIN_TIMEOUT = 5.0
 PROMOTE_BATCH = 100

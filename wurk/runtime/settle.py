@@ -6,7 +6,7 @@ acknowledgement that could outlive the failure it belongs to and delete a
 later copy of the job.
 
 Duties:
-1. :class:`Settlement` says where a failed job goes: a retry entry, a dead
+1. A :class:`~wurk.runtime.work.Settlement` says where a failed job goes: a retry entry, a dead
    entry, or nowhere (dropped by ``retry: false``, ``dead: false`` or a
    discard).
 2. :func:`write` runs the script once: it removes the copy this run claimed
@@ -22,9 +22,7 @@ Duties:
 from __future__ import annotations
 
 import random
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from wurk.core.logging import get_logger
@@ -36,21 +34,10 @@ from wurk.wire.lua import SETTLE
 from wurk.wire.payload import score
 
 if TYPE_CHECKING:
-    from wurk.runtime.fetch import Fetch, UnitOfWork
+    from wurk.runtime.work import Fetch, Settlement, UnitOfWork
     from wurk.settings.config import Config
 
-log = get_logger("wurk.runtime.settle")
-
-
-@dataclass(frozen=True, slots=True)
-class Settlement:
-    outcome: str  # "retry", "dead" or "dropped"
-    entry: str | bytes = ""
-    at: float = 0.0  # the retry time, or the moment of death
-
-    @classmethod
-    def dead(cls, entry: str | bytes, now: float | None = None) -> Settlement:
-        return cls("dead", entry, time.time() if now is None else now)
+log = get_logger("wurk.settle")
 
 
 def write(config: Config, settlement: Settlement, private_list: str = "", claimed: bytes = b"",

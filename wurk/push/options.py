@@ -1,0 +1,70 @@
+"""Per-job options: what ``@wurk.job(...)``, ``Job.options`` and ``.set(...)`` carry.
+
+Duties:
+1. Hold a job's options (queue, retry, backtrace, dead, retry_queue, tags,
+   retry_for, profile, and the server-side hooks retry_in and
+   retries_exhausted) as one frozen value.
+2. Check option values when they are given, with a TypeError that names
+   the option (``make_options``).
+3. Give the options that travel in the payload (``payload_fields``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from wurk.observe.profiler import DEFAULT_TOKEN
+
+# Options that travel in the payload when set (Sidekiq's sidekiq_options).
+PAYLOAD_OPTIONS = ("queue", "retry", "backtrace", "dead", "retry_queue", "tags", "retry_for")
+RetryIn = Callable[[int, BaseException, Mapping[str, Any]], "float | str | None"]
+Exhausted = Callable[[Mapping[str, Any], BaseException], None]
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    queue: str = "default"
+    retry: bool | int = True
+    backtrace: bool | int | None = None
+    dead: bool | None = None
+    retry_queue: str | None = None
+    tags: tuple[str, ...] | None = None
+    retry_for: int | None = None
+    # Profile every run with cProfile (wurk.observe.profiler): a token string, or True
+    # for the default token. Sent as Sidekiq 8's "profile" payload key.
+    profile: bool | str | None = None
+    # Not sent: server-side hooks (Sidekiq's sidekiq_retry_in and
+    # sidekiq_retries_exhausted blocks).
+    retry_in: RetryIn | None = field(default=None, compare=False)
+    retries_exhausted: Exhausted | None = field(default=None, compare=False)
+
+    def payload_fields(self) -> dict[str, Any]:
+        fields: dict[str, Any] = {"queue": self.queue, "retry": self.retry}
+        for name in PAYLOAD_OPTIONS[2:]:
+            value = getattr(self, name)
+            if value is not None:
+                fields[name] = list(value) if name == "tags" else value
+        if self.profile:
+            fields["profile"] = DEFAULT_TOKEN if self.profile is True else self.profile
+        return fields
+
+
+def make_options(base: JobOptions | None = None, **changes: Any) -> JobOptions:
+    unknown = set(changes) - {f for f in JobOptions.__dataclass_fields__}
+    if unknown:
+        raise TypeError(f"unknown job option {sorted(unknown)[0]!r}")
+    if "tags" in changes and changes["tags"] is not None:
+        if isinstance(changes["tags"], str) or not all(isinstance(t, str) for t in changes["tags"]):
+            raise TypeError("tags must be a list of strings")
+        changes["tags"] = tuple(changes["tags"])
+    retry = changes.get("retry", True)
+    if not isinstance(retry, bool | int) or (not isinstance(retry, bool) and retry < 0):
+        raise TypeError(f"retry must be true, false or a non-negative int, got {retry!r}")
+    if not isinstance(changes.get("profile"), bool | str | None):
+        raise TypeError(f"profile must be a token string or a bool, got {changes['profile']!r}")
+    queue = changes.get("queue", "default")
+    if not isinstance(queue, str) or not queue:
+        raise TypeError(f"queue must be a non-empty string, got {queue!r}")
+    return replace(base or JobOptions(), **changes)

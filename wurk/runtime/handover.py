@@ -1,0 +1,93 @@
+"""The hand-over of claimed jobs from the fetcher thread to processor threads.
+
+Reliable fetch claims exactly one job per processor thread that waits with
+none on its way. This module keeps the two counts that make that exact, and
+the queue the jobs travel through.
+
+Duties:
+1. Count the threads waiting in ``take`` and the jobs put but not yet taken.
+   A thread counts in both until it has its job, so ``shortfall`` is exactly
+   the number of threads still to claim for.
+2. Move jobs through a SimpleQueue, whose blocking get is a C lock: far
+   cheaper per job than a Python Condition.
+3. On quiet or stop, wake every waiting thread with None and hand back what
+   no thread took.
+
+It shares the fetch's lock: the counts change together with the fetch's own
+bookkeeping, and the fetcher reads them while holding it.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable
+
+from wurk.runtime.work import UnitOfWork
+
+
+class HandOver:
+    def __init__(self, lock: threading.Lock, wake: threading.Condition, timeout: float) -> None:
+        self._lock = lock
+        self._wake = wake
+        self._timeout = timeout
+        self._ready: queue.SimpleQueue[UnitOfWork | None] = queue.SimpleQueue()
+        self.waiting = 0
+        self.pending = 0
+
+    def shortfall(self) -> int:
+        """Threads waiting with no job on its way (caller holds the lock)."""
+        return self.waiting - self.pending
+
+    def put(self, work: UnitOfWork) -> None:
+        """Send one claimed job to the threads (caller holds the lock)."""
+        self.pending += 1
+        self._ready.put(work)
+
+    def take(self, closed: Callable[[], bool]) -> UnitOfWork | None:
+        """A processor's next job, waiting up to the fetch timeout; None when
+        ``closed()`` (checked under the lock) or nothing came."""
+        try:
+            work = self._ready.get_nowait()
+        except queue.Empty:
+            return self._wait(closed)
+        with self._lock:
+            self.pending -= work is not None
+        return work
+
+    def _wait(self, closed: Callable[[], bool]) -> UnitOfWork | None:
+        with self._lock:
+            if closed():
+                return None
+            self.waiting += 1
+            self._wake.notify()
+        work = None
+        try:
+            work = self._ready.get(timeout=self._timeout)
+        except queue.Empty:
+            pass
+        finally:
+            with self._lock:
+                # Both at once: the fetcher must never see this thread gone
+                # while its job still counts as on its way, or the reverse.
+                self.waiting -= 1
+                if work is not None:
+                    self.pending -= 1
+        return work
+
+    def release_waiters(self) -> None:
+        """Wake every thread blocked in ``take`` (quiet or stop): each gets None."""
+        for _ in range(self.waiting):
+            self._ready.put(None)
+
+    def take_all(self) -> list[UnitOfWork]:
+        """Empty the queue of claimed-but-unstarted jobs (caller holds the lock)."""
+        taken: list[UnitOfWork] = []
+        while True:
+            try:
+                work = self._ready.get_nowait()
+            except queue.Empty:
+                self.pending -= len(taken)
+                return taken
+            if work is not None:
+                taken.append(work)

@@ -1,0 +1,48 @@
+"""A unit of work, and what a processor needs from the fetch that handed it out.
+
+Both fetch strategies (``wurk.runtime.fetch``, ``wurk.runtime.reliable_fetch``)
+produce :class:`UnitOfWork` and implement :class:`Fetch`; the processor,
+manager and failure settling (``wurk.runtime.settle``) only see these two,
+and :class:`Settlement`, what a failed job's run leaves to be written.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from wurk.wire import keys
+
+
+@dataclass(frozen=True, slots=True)
+class UnitOfWork:
+    queue: str
+    raw: bytes
+
+    def requeue_command(self) -> tuple[Any, ...]:
+        return ("RPUSH", keys.queue(self.queue), self.raw)
+
+
+class Fetch(Protocol):
+    """What processors need from a fetch strategy (basic or reliable)."""
+
+    def start(self) -> None: ...
+    def quiet(self) -> None: ...
+    def stop(self) -> None: ...
+    def fetch(self) -> UnitOfWork | None: ...
+    def acknowledge(self, work: UnitOfWork, jid: str | None = None) -> None: ...
+    def settle(self, work: UnitOfWork, jid: str | None, settlement: Settlement) -> bool: ...
+    def requeue(self, works: Iterable[UnitOfWork]) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    outcome: str  # "retry", "dead" or "dropped"
+    entry: str | bytes = ""
+    at: float = 0.0  # the retry time, or the moment of death
+
+    @classmethod
+    def dead(cls, entry: str | bytes, now: float | None = None) -> Settlement:
+        return cls("dead", entry, time.time() if now is None else now)
