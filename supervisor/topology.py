@@ -6,7 +6,8 @@ Duties:
 2. Validate everything before anything forks, raising :class:`TopologyError`
    whose one-line message names the file, the table or slot, the key and the
    bad value; the CLI turns it into exit status 78 (EX_CONFIG). Every number
-   the parent reads has a documented range (:data:`RANGES`), and the
+   the parent reads has a documented range (:data:`RANGES`, from the
+   declarations in :mod:`supervisor.parent_keys`), and the
    settings the parent relies on in each slot's config (concurrency,
    shutdown_timeout) are bounded here too.
 3. Build one :class:`wurk.settings.config.Config` per slot, with the slot's queues,
@@ -23,44 +24,37 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from supervisor.parent_keys import (
+    CHILD_TIMEOUT_BEATS,
+    CHILD_TIMEOUT_DEFAULT,
+    CHILD_TIMEOUT_MIN_BEATS,
+    MAX_CHILDREN,
+    MAX_COUNT_FACTOR,
+    PARENT_KEYS,
+    SLOT_PARENT_KEYS,
+)
 from wurk.settings.addresses import parse_listen
-from wurk.settings.config import Config, ConfigError, environment_layer
-from wurk.settings.limits import MAX_CONCURRENCY, MAX_TIMEOUT, Range
+from wurk.settings.config import Config, ConfigError
+from wurk.settings.declaration import DECLARED, config_fields
+from wurk.settings.declared import RANGES as CONFIG_RANGES
+from wurk.settings.limits import Range
 from wurk.settings.queues import QueueSpecError, parse_queue
+from wurk.settings.values import environment_layer
 
-# The most children one slot may have (its count, and TTIN's ceiling).
-MAX_CHILDREN = 1000
-# Numeric settings the parent reads: key -> (integral, lowest, highest).
-# README's swarm tables state the same ranges.
+# Numeric settings the parent reads: key -> (integral, lowest, highest); the
+# parent's own keys as declared in supervisor.parent_keys.
 RANGES: dict[str, tuple[bool, float, float]] = {
     "count": (True, 1, MAX_CHILDREN),
-    "max_count": (True, 1, MAX_CHILDREN),
-    "max_memory_mb": (True, 0, 1_048_576),
-    "respawn_backoff_max": (False, 0, 3600),
-    "boot_failure_limit": (True, 1, 1000),
-    "shutdown_grace": (False, 0, 3600),
-    "memory_check_interval": (False, 0, 3600),
-    "child_timeout": (False, 0.1, 86_400),
+    **{k.name: (int in k.types and float not in k.types, k.range.low, k.range.high)
+       for k in PARENT_KEYS if k.range is not None},
     # Slot Config values the parent relies on: its thread count and drain deadline.
-    "concurrency": (True, 1, MAX_CONCURRENCY),
-    "shutdown_timeout": (False, 0, MAX_TIMEOUT),
+    **{key: (key == "concurrency", CONFIG_RANGES[key].low, CONFIG_RANGES[key].high)
+       for key in ("concurrency", "shutdown_timeout")},
 }
 # [wurk] keys only the swarm reads (the rest go to each child's Config).
-SWARM_KEYS = {"max_memory_mb", "respawn_backoff_max", "boot_failure_limit",
-              "shutdown_grace", "memory_check_interval", "gc_freeze", "child_timeout",
-              "max_count"}
-# Parent-only keys a slot may set for itself, over the [wurk] value.
-SLOT_PARENT_KEYS = ("max_memory_mb", "child_timeout", "max_count")
+SWARM_KEYS = {k.name for k in PARENT_KEYS}
 SLOT_KEYS = {"name", "count", "concurrency", "queues", "redis_url", "require", "env", "tag",
              "shutdown_timeout", "health_listen", *SLOT_PARENT_KEYS}
-# A child silent this long is hung; the default is gunicorn's timeout, and
-# never under CHILD_TIMEOUT_BEATS heartbeat intervals.
-CHILD_TIMEOUT_DEFAULT = 30.0
-CHILD_TIMEOUT_BEATS = 6
-# child_timeout must leave room for at least this many heartbeats.
-CHILD_TIMEOUT_MIN_BEATS = 2
-# A slot's TTIN ceiling, unless set: this many times its count.
-MAX_COUNT_FACTOR = 4
 
 
 class TopologyError(ValueError):
@@ -81,24 +75,22 @@ class Slot:
 
 
 @dataclass(frozen=True)
+@config_fields(PARENT_KEYS, own=("path", "base", "slots"))
 class Topology:
+    """The parsed file; the parent's own settings are declared in supervisor.parent_keys."""
+
     path: Path
     base: Config
     slots: tuple[Slot, ...]
-    max_memory_mb: int = 0
-    # Longest pause between respawns of a crash-looping slot.
-    respawn_backoff_max: float = 30.0
-    # Children in a row that die before ever becoming ready make the swarm give up.
-    boot_failure_limit: int = 3
-    # Added to shutdown_timeout before the parent KILLs a draining child.
-    shutdown_grace: float = 5.0
-    memory_check_interval: float = 5.0
-    # Freeze the preloaded heap before forking, so the children's garbage
-    # collections never write to (and so never copy) the shared pages.
-    gc_freeze: bool = True
+    max_memory_mb: int = DECLARED
+    respawn_backoff_max: float = DECLARED
+    boot_failure_limit: int = DECLARED
+    shutdown_grace: float = DECLARED
+    memory_check_interval: float = DECLARED
+    gc_freeze: bool = DECLARED
     # Slot defaults for the keys of SLOT_PARENT_KEYS (None: computed per slot).
-    child_timeout: float | None = None
-    max_count: int | None = None
+    child_timeout: float | None = DECLARED
+    max_count: int | None = DECLARED
 
     @property
     def shutdown_timeout(self) -> float:

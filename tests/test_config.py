@@ -10,8 +10,8 @@ import pytest
 
 import wurk
 from wurk.redis.pools import close_pool
-from wurk.settings.config import _TYPES, DEFAULT_REDIS_URL, Config, ConfigError
-from wurk.settings.limits import RANGES
+from wurk.settings.config import DEFAULT_REDIS_URL, Config, ConfigError
+from wurk.settings.declared import BY_NAME, RANGES
 
 
 @pytest.fixture(autouse=True)
@@ -369,7 +369,7 @@ def test_config_error_is_a_value_error() -> None:
 
 # -- ranges: every number has a documented lower and upper bound ------------------
 
-NUMERIC = sorted(name for name, kinds in _TYPES.items() if int in kinds or float in kinds)
+NUMERIC = sorted(name for name, s in BY_NAME.items() if int in s.types or float in s.types)
 
 
 def test_every_numeric_setting_has_a_range() -> None:
@@ -387,7 +387,7 @@ def test_settings_reference_shows_each_range() -> None:
 @pytest.mark.parametrize("name", sorted(RANGES))
 def test_each_range_is_enforced_at_both_ends(name: str) -> None:
     bounds = RANGES[name]
-    kind = int if float not in _TYPES[name] else float
+    kind = int if float not in BY_NAME[name].types else float
     for inside in (bounds.low, bounds.high):
         assert getattr(Config(**{name: kind(inside)}), name) == inside
     step = 1 if kind is int else bounds.low / 2 or 0.5

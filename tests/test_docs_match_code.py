@@ -185,7 +185,7 @@ def test_every_exit_constant_has_a_row_with_its_number() -> None:
 
 def test_every_setting_has_a_row_in_the_settings_table_with_its_default() -> None:
     rows = table_after(SETTINGS_DOC, "# Settings\n")
-    documented = {re.sub(r"`", "", key): default for key, default, *_ in rows}
+    documented = {re.sub(r"`", "", key): default for key, _kind, default, *_ in rows}
     assert set(documented) == settable_fields()
     defaults = Config(redis_url="redis://localhost:6379/0")
     for field in dataclasses.fields(Config):
@@ -199,7 +199,7 @@ def test_every_setting_has_a_row_in_the_settings_table_with_its_default() -> Non
 
 
 def test_the_topology_page_lists_every_parent_and_slot_key() -> None:
-    rows = table_after(TOPOLOGY_DOC, "## The `[wurk]` table")
+    rows = table_after(SETTINGS_DOC, "## The swarm parent's keys")
     assert {key.strip("`") for key, *_ in rows} == SWARM_KEYS
     start = TOPOLOGY_DOC.index("## A `[[slot]]` table")
     slot_section = TOPOLOGY_DOC[start:TOPOLOGY_DOC.index("\n## ", start + 1)]

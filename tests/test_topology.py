@@ -391,9 +391,11 @@ def num(bound: float) -> str:
 
 
 def test_topology_reference_states_the_ranges_the_code_enforces() -> None:
-    page = Path(__file__).resolve().parent.parent / "docs" / "reference" / "topology.md"
-    readme = page.read_text(encoding="utf-8")
-    rows = {line.split("|")[1].strip(" `"): line for line in readme.splitlines()
+    docs = Path(__file__).resolve().parent.parent / "docs" / "reference"
+    readme = (docs / "topology.md").read_text(encoding="utf-8")
+    settings = (docs / "settings.md").read_text(encoding="utf-8")
+    parent_keys = settings[settings.index("## The swarm parent's keys"):]
+    rows = {line.split("|")[1].strip(" `"): line for line in parent_keys.splitlines()
             if line.startswith("| `")}
     for key in ("max_memory_mb", "respawn_backoff_max", "boot_failure_limit", "shutdown_grace",
                 "memory_check_interval"):

@@ -36,6 +36,7 @@ from wurk.runtime.launcher import Launcher, dump_threads, stop_before_exit
 from wurk.runtime.loading import load_modules
 from wurk.runtime.signals import SignalPipe
 from wurk.settings.config import Config, ConfigError, configure
+from wurk.settings.flags import add_setting_flags, flag_values
 from wurk.version import __version__
 
 EX_SOFTWARE = 70
@@ -50,18 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     admin.add_global_options(parser)
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a worker process")
-    run.add_argument("-r", "--require", action="append", default=[],
-                     help="module (or .py file) that defines jobs; repeatable")
-    run.add_argument("-q", "--queue", action="append", default=[],
-                     help="queue to poll, NAME or NAME:WEIGHT; repeatable, in priority order")
-    run.add_argument("-c", "--concurrency", type=int, help="worker threads (default 10)")
-    run.add_argument("-t", "--timeout", type=float, help="shutdown timeout in seconds")
-    run.add_argument("-g", "--tag", help="a tag shown in the process list")
     run.add_argument("-C", "--config", help="TOML file with a [wurk] table")
-    run.add_argument("--redis-url", metavar="URL",
-                     help="Redis to use (default: the config's, WURK_REDIS_URL, REDIS_URL, "
-                          "or localhost)")
-    run.add_argument("--log-level", help="debug, info, warning, error")
+    # The rest set settings: wurk.settings.declared declares each one's option.
+    add_setting_flags(run)
     admin.add_commands(sub)
     return parser
 
@@ -77,14 +69,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     # -C and --redis-url work before 'run' as well as after it; given both
     # ways with different values, neither silently wins.
     config_path = _one_of(parser, "-C/--config", args.config, args.global_config)
-    redis_url = _one_of(parser, "--redis-url", args.redis_url, args.global_redis_url)
+    overrides = flag_values(args)
+    overrides["redis_url"] = _one_of(parser, "--redis-url", overrides["redis_url"],
+                                     args.global_redis_url)
     try:
-        config = Config.load(
-            config_path, redis_url=redis_url, require=args.require or None,
-            queues=args.queue or None,
-            concurrency=args.concurrency, shutdown_timeout=args.timeout, tag=args.tag,
-            log_level=args.log_level,
-        )
+        config = Config.load(config_path, **overrides)
     except ConfigError as exc:
         print(f"wurk: {exc}", file=sys.stderr)
         return EX_CONFIG

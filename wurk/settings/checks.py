@@ -2,10 +2,10 @@
 
 Duties:
 1. :func:`problems`: every setting whose value cannot be used, as (key,
-   reason) pairs: a choice outside its list, a number outside its range
-   (:mod:`wurk.settings.limits`), a Redis URL that does not parse whole
-   (:mod:`wurk.settings.redis_url`), Sentinel settings that do not fit together, a
-   metrics URL or health address that does not parse.
+   reason) pairs: a choice outside its list or a number outside its range
+   (both declared in :mod:`wurk.settings.declared`), a Redis URL that does
+   not parse whole (:mod:`wurk.settings.redis_url`), Sentinel settings that
+   do not fit together, a metrics URL or health address that does not parse.
 2. Quote no value unredacted: the caller quotes the setting through
    :func:`wurk.core.redaction.shown`, so reasons cannot carry a password.
 """
@@ -16,26 +16,21 @@ from typing import TYPE_CHECKING, Any
 
 from wurk.core.redaction import redact_url
 from wurk.settings.addresses import parse_listen, parse_metrics_url
-from wurk.settings.limits import range_problems
+from wurk.settings.declared import RANGES, SETTINGS
 from wurk.settings.redis_url import MAX_PORT, RedisUrlError, parse_redis_url
 
 if TYPE_CHECKING:
     from wurk.settings.config import Config
-
-_CHOICES = {
-    "timestamps": ("float", "ms"),
-    "log_format": ("auto", "json", "console"),
-    "log_level": ("debug", "info", "warning", "error", "critical"),
-}
 
 
 def problems(config: Config) -> list[tuple[str, str]]:
     def value(key: str) -> Any:
         return getattr(config, key)
 
-    found = [(k, f"must be one of {', '.join(v)}") for k, v in _CHOICES.items()
-             if str(value(k)).lower() not in v]
-    found += range_problems(config)
+    found = [(s.name, f"must be one of {', '.join(s.choices)}") for s in SETTINGS
+             if s.choices and str(value(s.name)).lower() not in s.choices]
+    found += [(key, f"must be from {bounds.describe()}") for key, bounds in RANGES.items()
+              if value(key) is not None and value(key) not in bounds]
     if not config.queues:
         found.append(("queues", "must name at least one queue"))
     if bool(config.sentinels) != bool(config.sentinel_master):

@@ -1,4 +1,4 @@
-"""The sane range of every numeric setting, in one table.
+"""The bounds numeric settings are held to, and the range type that states them.
 
 A setting outside its range is refused when the config is built, so no
 absurd value reaches a thread, a wait or a Redis command: a
@@ -7,18 +7,15 @@ absurd value reaches a thread, a wait or a Redis command: a
 
 Duties:
 1. Name the bounds as constants (``MAX_CONCURRENCY``, ``MAX_TIMEOUT``...)
-   that other validators (the swarm's topology, queue weights) share.
-2. :data:`RANGES`: each numeric :class:`wurk.settings.config.Config` field with its
-   inclusive range; the README's configuration table shows the same text
-   that :meth:`Range.describe` gives (a test holds them together).
-3. :func:`range_problems`: the settings of a config outside their range,
-   as (key, reason) pairs for the config's one-line errors.
+   that the declarations and other validators (queue weights) share.
+2. :class:`Range`: an inclusive range and the text that states it; each
+   setting's range is declared with it in :mod:`wurk.settings.declared`,
+   and the generated settings reference shows :meth:`Range.describe`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 MINUTE = 60
 HOUR = 3600
@@ -60,38 +57,3 @@ class Range:
 
 def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else str(value)
-
-
-RANGES: dict[str, Range] = {
-    "concurrency": Range(1, MAX_CONCURRENCY),
-    "shutdown_timeout": Range(0, MAX_TIMEOUT),
-    "max_retries": Range(0, MAX_RETRIES),
-    "dead_max_jobs": Range(0, MAX_DEAD_JOBS),
-    "dead_timeout": Range(0, 10 * YEAR),
-    "average_scheduled_poll_interval": Range(MIN_INTERVAL, DAY),
-    "poll_interval_average": Range(MIN_INTERVAL, DAY),
-    "heartbeat_interval": Range(MIN_INTERVAL, MAX_HEARTBEAT_INTERVAL),
-    "fetch_timeout": Range(MIN_INTERVAL, MAX_REDIS_TIMEOUT),
-    "reliable_poll_interval": Range(MIN_INTERVAL, MAX_REDIS_TIMEOUT),
-    "push_buffer_size": Range(1, MAX_BUFFERED_PUSHES),
-    "push_flush_timeout": Range(0, HOUR),
-    "push_replicas": Range(0, MAX_REPLICAS),
-    "push_replicas_timeout": Range(MIN_INTERVAL, MAX_REDIS_TIMEOUT),
-    # wurk.push.spool_drain never waits longer than an hour between looks.
-    "spool_interval": Range(MIN_INTERVAL, HOUR),
-    "reaper_interval": Range(MIN_INTERVAL, DAY),
-    "max_recoveries": Range(0, MAX_RECOVERIES),
-    "redis_pool_size": Range(1, MAX_POOL_SIZE),
-    "redis_connect_timeout": Range(MIN_INTERVAL, MAX_REDIS_TIMEOUT),
-    "redis_read_timeout": Range(MIN_INTERVAL, MAX_REDIS_TIMEOUT),
-    "redis_retry_attempts": Range(1, MAX_REDIS_ATTEMPTS),
-    "redis_retry_base": Range(0, MAX_REDIS_TIMEOUT),
-    "redis_retry_cap": Range(MIN_INTERVAL, 10 * MINUTE),
-    "profile_ttl": Range(1, WEEK),
-}
-
-
-def range_problems(config: Any) -> list[tuple[str, str]]:
-    """(key, reason) for each setting of ``config`` outside its range; None passes."""
-    return [(key, f"must be from {bounds.describe()}") for key, bounds in RANGES.items()
-            if getattr(config, key) is not None and getattr(config, key) not in bounds]
