@@ -25,7 +25,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("wurk.runtime",),
     ("wurk.api",),
     ("wurk.admin",),
-    ("wurk.cli", "wurk"),
+    ("wurk.cli", "wurk"),  # "wurk" is the package's __init__ only, not all of it
 ]
 # What supervisor/ may use of wurk: the runtime and everything below it.
 SUPERVISOR_MAY_USE = 6
@@ -91,7 +91,7 @@ def layer_of(module: str) -> int | None:
     best: tuple[int, int] | None = None  # (prefix length, layer)
     for index, prefixes in enumerate(LAYERS):
         for prefix in prefixes:
-            if module == prefix or module.startswith(prefix + "."):
+            if module == prefix or (prefix != "wurk" and module.startswith(prefix + ".")):
                 if best is None or len(prefix) > best[0]:
                     best = (len(prefix), index)
     return None if best is None else best[1]
@@ -182,10 +182,14 @@ def report(root: Path) -> None:
     print(f"files above the size limit: {len(big)}")
     for path, lines, limit in big:
         print(f"  {path}: {lines} lines (limit {limit})")
-    groups = cycles(edges)
+    ruled = [e for e in edges if (e.source, e.target) not in ALLOWED_UPWARD]
+    groups = cycles(ruled)
     print(f"import cycles: {len(groups)}")
     for group in groups:
         print(f"  {' <-> '.join(group)}")
+    shimmed = [g for g in cycles(edges) if g not in groups]
+    for group in shimmed:
+        print(f"  through an allowed upward import only: {' <-> '.join(group)}")
     broken = violations(edges)
     print(f"layer violations: {len(broken)}")
     for line in broken:

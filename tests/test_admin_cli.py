@@ -120,8 +120,8 @@ def test_the_registry_is_the_extension_point(redis_server: RedisServer,
 
 
 def test_every_command_has_a_section_in_the_docs() -> None:
-    headings = [line for line in (REPO / "docs" / "reference" / "admin-cli.md").read_text().splitlines()
-                if line.startswith("## ")]
+    page = REPO / "docs" / "reference" / "admin-cli.md"
+    headings = [line for line in page.read_text().splitlines() if line.startswith("## ")]
     names = [command.name for command in admin.REGISTRY]
     assert {"stats", "queues", "processes", "workers", "swarms", "retries", "dead",
             "scheduled", "pause", "unpause", "quiet", "stop", "restart", "dump"} <= set(names)

@@ -12,18 +12,28 @@ Duties:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from wurk.core.redaction import redact_url
 from wurk.settings.addresses import parse_listen, parse_metrics_url
 from wurk.settings.declared import RANGES, SETTINGS
 from wurk.settings.redis_url import MAX_PORT, RedisUrlError, parse_redis_url
 
-if TYPE_CHECKING:
-    from wurk.settings.config import Config
+
+class Settings(Protocol):
+    """What these checks read of a Config by attribute (the declared ranges
+    and choices are read by name)."""
+
+    queues: list[str]
+    sentinels: list[str]
+    sentinel_master: str | None
+    redis_url: str
+    metrics_url: str | None
+    health_listen: str | None
+    metrics_prometheus: bool
 
 
-def problems(config: Config) -> list[tuple[str, str]]:
+def problems(config: Settings) -> list[tuple[str, str]]:
     def value(key: str) -> Any:
         return getattr(config, key)
 
@@ -46,18 +56,15 @@ def problems(config: Config) -> list[tuple[str, str]]:
     return found + _observability_problems(config)
 
 
-def _observability_problems(config: Config) -> list[tuple[str, str]]:
+def _observability_problems(config: Settings) -> list[tuple[str, str]]:
     found: list[tuple[str, str]] = []
-    # Imported only when set: these modules are not needed by a config without them.
     try:
         if config.metrics_url is not None:
-
             parse_metrics_url(config.metrics_url)
     except ValueError as exc:
         found.append(("metrics_url", str(exc)))
     try:
         if config.health_listen is not None:
-
             parse_listen(config.health_listen)
     except ValueError as exc:
         found.append(("health_listen", str(exc)))
