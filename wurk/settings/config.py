@@ -31,9 +31,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    from wurk.redis.pool import RedisPool
-
 from wurk.core.redaction import shown
 from wurk.settings.checks import problems
 from wurk.settings.declaration import DECLARED, config_fields
@@ -41,6 +38,9 @@ from wurk.settings.declared import BY_NAME, DEFAULT_REDIS_URL, HOOKS, SETTINGS
 from wurk.settings.hooks import DeathHandler, ErrorHandler, RedisErrorHook, ServerMiddleware
 from wurk.settings.queues import QueueSpecError, parse_queues
 from wurk.settings.values import ConfigError, check_type, environment_layer
+
+if TYPE_CHECKING:
+    from wurk.redis.pool import RedisPool
 
 # Names other modules import from here, some defined elsewhere in the package.
 __all__ = ["DEFAULT_REDIS_URL", "Config", "ConfigError", "configure", "default_config",
