@@ -116,6 +116,9 @@ class Worker:
     def send(self, signum: int) -> None:
         self.proc.send_signal(signum)
 
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
     def wait(self, timeout: float) -> int:
         return self.proc.wait(timeout)
 

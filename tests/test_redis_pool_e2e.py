@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import pools
 import pytest
 import redis
 import redis.exceptions as rx
@@ -55,14 +56,8 @@ def proxy(redis_server: RedisServer, r: redis.Redis) -> Iterator[FaultProxy]:
     assert fault_proxy.threads_alive() == 0
 
 
-@pytest.fixture
-def rec() -> Recorder:
-    return Recorder()
-
-
-@pytest.fixture
-def sleeps() -> list[float]:
-    return []
+rec = pools.rec
+sleeps = pools.sleeps
 
 
 @pytest.fixture

@@ -11,8 +11,6 @@ from __future__ import annotations
 import functools
 import os
 import signal
-import subprocess
-import sys
 import textwrap
 import time
 from collections.abc import Callable, Iterator
@@ -20,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import redis
+from cli_workers import Worker
 from conftest import RedisServer
 from fetching import (
     Define,
@@ -36,7 +35,6 @@ from waiting import wait_for
 from wurk.runtime.reaper import recover, sweep
 from wurk.settings.config import Config
 from wurk.wire import keys
-from wurk.wire.payload import new_jid
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -74,29 +72,6 @@ JOBS_MODULE = textwrap.dedent("""
         _r.incr("rf:crashes")
         os.kill(os.getpid(), signal.SIGKILL)
 """)
-
-
-class Worker:
-    """One ``wurk run`` child; stderr goes to a file so a full pipe never blocks it."""
-
-    def __init__(self, args: list[str], env: dict[str, str], cwd: Path) -> None:
-        self.stderr_path = cwd / f"stderr-{new_jid()}.log"
-        self._stderr = self.stderr_path.open("wb")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "wurk.cli", "run", *args], cwd=cwd, env=env,
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._stderr)
-
-    def stderr(self) -> str:
-        return self.stderr_path.read_text(errors="replace")
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(5)
-        self._stderr.close()
 
 
 @pytest.fixture
