@@ -2,16 +2,9 @@
 
 The main thread only turns signals into commands for the supervise thread
 (read from a wakeup pipe, ``wurk.runtime.signals``; the handlers themselves do
-nothing):
-
-========  ==========================================================
-TERM/INT  drain every child (finish or push back running jobs), exit
-TSTP      quiet every child: stop fetching, finish running jobs
-HUP/USR1  rolling restart, one child at a time, replacement first
-TTIN      one more child in every slot below its max_count
-TTOU      one fewer child in every slot (never below one)
-USR2      log each child's slot, pid, RSS, busy count and age
-========  ==========================================================
+nothing). ``COMMANDS`` maps each signal to its command; what each does is in
+docs/reference/signals-and-exit-codes.md, the one table of every entry
+point's signals (a test compares it with ``COMMANDS``).
 """
 
 from __future__ import annotations

@@ -6,17 +6,13 @@ The admin commands next to it (``wurk stats``, ``wurk quiet``, ...) come
 from the registry in ``wurk.admin``; this module only installs and
 dispatches them.
 
-Signals (as Sidekiq): TERM or INT stop (drain within shutdown_timeout, push
-unfinished jobs back, exit 0); TSTP quiets (stop fetching, finish running
-jobs); TTIN logs every thread's stack. The main thread only reads signal
-numbers from a wakeup pipe (``wurk.runtime.signals``); the work happens outside the
-handler.
-
-Before it starts, ``wurk run`` waits for Redis to answer (backoff up to
-10 s, one ``redis.unreachable`` line per attempt); TERM or INT during that
-wait exits 0 at once. Exit statuses: 0 after a stop, 64 usage, 70 when the
-worker cannot start (Redis refused the credentials, or start-up failed),
-78 for a bad setting or a job module that cannot be imported.
+The main thread only reads signal numbers from a wakeup pipe
+(``wurk.runtime.signals``); the work happens outside the handlers. Before it
+starts, ``wurk run`` waits for Redis to answer (backoff up to 10 s, one
+``redis.unreachable`` line per attempt). What each signal does and every
+exit status are in docs/reference/signals-and-exit-codes.md, the one table
+of both (a test compares it with ``HANDLED_SIGNALS`` and the ``EX_*``
+constants).
 """
 
 from __future__ import annotations
