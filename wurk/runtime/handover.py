@@ -27,10 +27,13 @@ from wurk.runtime.work import UnitOfWork
 
 
 class HandOver:
-    def __init__(self, lock: threading.Lock, wake: threading.Condition, timeout: float) -> None:
+    def __init__(self, lock: threading.Lock, wake: threading.Condition, timeout: float,
+                 closed: Callable[[], bool]) -> None:
         self._lock = lock
         self._wake = wake
         self._timeout = timeout
+        # True once the fetch is quiet or stopping: no thread starts waiting then.
+        self._closed = closed
         self._ready: queue.SimpleQueue[UnitOfWork | None] = queue.SimpleQueue()
         self.waiting = 0
         self.pending = 0
@@ -44,20 +47,20 @@ class HandOver:
         self.pending += 1
         self._ready.put(work)
 
-    def take(self, closed: Callable[[], bool]) -> UnitOfWork | None:
+    def take(self) -> UnitOfWork | None:
         """A processor's next job, waiting up to the fetch timeout; None when
-        ``closed()`` (checked under the lock) or nothing came."""
+        the fetch is closed (checked under the lock) or nothing came."""
         try:
             work = self._ready.get_nowait()
         except queue.Empty:
-            return self._wait(closed)
+            return self._wait()
         with self._lock:
             self.pending -= work is not None
         return work
 
-    def _wait(self, closed: Callable[[], bool]) -> UnitOfWork | None:
+    def _wait(self) -> UnitOfWork | None:
         with self._lock:
-            if closed():
+            if self._closed():
                 return None
             self.waiting += 1
             self._wake.notify()

@@ -64,7 +64,8 @@ class ReliableFetch:
         # jobs travel to processors through the hand-over, which shares the lock.
         self._cond = threading.Lock()
         self._wake = threading.Condition(self._cond)
-        self._handover = HandOver(self._cond, self._wake, config.fetch_timeout)
+        self._handover = HandOver(self._cond, self._wake, config.fetch_timeout,
+                                  closed=lambda: self._stopping or self._quiet)
         # Acks wait to ride along with the next claim, briefly.
         self._acks: list[Ack] = []
         self._acks_since = 0.0
@@ -128,7 +129,7 @@ class ReliableFetch:
 
     # -- the processor side ---------------------------------------------------
     def fetch(self) -> UnitOfWork | None:
-        work = self._handover.take(closed=lambda: self._stopping or self._quiet)
+        work = self._handover.take()
         if work is not None and self._quiet:
             # Claimed before quiet but not started: it goes back, not run.
             self._give_back([work])
