@@ -106,7 +106,7 @@ class SortedEntry(JobRecord):
             item["retry_count"] = count - 1
         item.pop("at", None)
         try:
-            self.parent.client.push(item)
+            pushed = self.parent.client.push(item)
         except Exception:
             # Sidekiq's window too: the entry is gone and the push failed. Log
             # the exact payload so an operator can put it back by hand.
@@ -114,6 +114,12 @@ class SortedEntry(JobRecord):
                       payload=self.value.decode() if isinstance(self.value, bytes)
                       else self.value)
             raise
+        if pushed is None:
+            # A client middleware chose not to push it (as Sidekiq's API, the
+            # entry is gone all the same); say so, with the payload.
+            log.warning("api.push_stopped", set=self.parent.name, jid=self.jid,
+                        payload=self.value.decode() if isinstance(self.value, bytes)
+                        else self.value)
         return True
 
     def _claim(self) -> bool:

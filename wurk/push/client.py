@@ -3,7 +3,9 @@
 Duties:
 1. ``push`` one job and ``push_bulk`` many (one pipelined round trip per
    thousand), immediate or scheduled, with payloads exactly as the spec
-   describes (jid, class, args, queue, retry, created_at, enqueued_at).
+   describes (jid, class, args, queue, retry, created_at, enqueued_at),
+   each through the client middleware chain (:mod:`wurk.push.middleware`)
+   first, which may change or stop it.
 2. Refuse non-JSON arguments before anything reaches Redis, and in
    ``push_bulk`` arguments that do not fit a job this process defines.
 3. Declare apply-safety: an immediate push (SADD + LPUSH) is never replayed
@@ -23,7 +25,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from wurk.push import signatures
+from wurk.push import middleware, signatures
 from wurk.push.buffered import PendingPush, PushBuffer
 from wurk.push.confirmed import ConfirmedPush, ConfirmedWriter, PushNotConfirmedError, QueuedJob
 from wurk.push.spool import Destination
@@ -80,7 +82,7 @@ class Client:
 
     # -- high level -------------------------------------------------------
     def push_job(self, name: str, args: list[Any], options: JobOptions, *,
-                 delay: float | None = None, at: float | None = None) -> str:
+                 delay: float | None = None, at: float | None = None) -> str | None:
         item: dict[str, Any] = {**options.payload_fields(), "class": name, "args": args}
         if delay is not None:
             # Sidekiq's perform_in rule: under 1e9 an interval, else an epoch.
@@ -90,19 +92,27 @@ class Client:
             item["at"] = at
         return self.push(item)
 
-    def push(self, item: Mapping[str, Any]) -> str:
+    def push(self, item: Mapping[str, Any]) -> str | None:
         """Push one job. ``item`` needs ``class`` and ``args``; ``at`` schedules it.
 
-        Unknown keys are kept. Returns the jid.
+        Unknown keys are kept. Returns the jid, or None when a client
+        middleware stopped the push.
         """
-        payload, run_at = self.normalise(item, time.time())
+        now = time.time()
+        prepared = self._through_middleware(self.normalise(item, now), now)
+        if prepared is None:
+            return None
+        payload, run_at = prepared
         self._write([payload], run_at)
         return str(payload["jid"])
 
     def push_bulk(self, item: Mapping[str, Any]) -> list[str]:
         """Push many jobs of one class: ``item["args"]`` is a list of arg lists.
 
-        ``at`` may be one time for all or a list with one per job.
+        ``at`` may be one time for all or a list with one per job. Returns the
+        jids of the jobs pushed (a client middleware may stop some). Client
+        middleware runs a thousand jobs at a time, just before they are
+        written: one that raises leaves the earlier thousands pushed.
         """
         all_args = item.get("args")
         if not isinstance(all_args, list) or not all(isinstance(a, list) for a in all_args):
@@ -126,8 +136,11 @@ class Client:
                 if ats is not None:
                     one["at"] = ats[i] if isinstance(ats, list) else ats
                 one.setdefault("created_at", created)
-                batch.append(self.normalise(one, now))
-            self._write_mixed(batch)
+                prepared = self._through_middleware(self.normalise(one, now), now)
+                if prepared is not None:
+                    batch.append(prepared)
+            if batch:
+                self._write_mixed(batch)
             jids.extend(str(p["jid"]) for p, _ in batch)
         return jids
 
@@ -154,6 +167,21 @@ class Client:
         else:
             payload.pop("enqueued_at", None)
         return payload, run_at
+
+    def _through_middleware(self, prepared: tuple[dict[str, Any], float | None],
+                            now: float) -> tuple[dict[str, Any], float | None] | None:
+        """Run the client middleware (if any) on a normalised payload: None when
+        one stopped the push, else the payload checked again as a push would be."""
+        chain = self.config.client_middleware
+        if not chain:
+            return prepared
+        payload, run_at = prepared
+        if run_at is not None:
+            payload["at"] = run_at  # as Sidekiq's middleware sees a scheduled job
+        if not middleware.invoke(chain, payload, self.pool):
+            return None
+        # A middleware may have changed anything, ``at`` and ``args`` included.
+        return self.normalise(payload, now)
 
     @staticmethod
     def _run_at(at: Any, now: float) -> float | None:

@@ -115,15 +115,15 @@ class Enqueuer:
         """A copy with some options changed for the pushes made through it."""
         return Enqueuer(self.name, make_options(self.options, **options), client or self._client)
 
-    def perform_async(self, *args: Any) -> str:
+    def perform_async(self, *args: Any) -> str | None:
         signatures.check(self.name, args)
         return self._target().push_job(self.name, list(args), self.options)
 
-    def perform_in(self, seconds: float, *args: Any) -> str:
+    def perform_in(self, seconds: float, *args: Any) -> str | None:
         signatures.check(self.name, args)
         return self._target().push_job(self.name, list(args), self.options, delay=seconds)
 
-    def perform_at(self, when: float | datetime, *args: Any) -> str:
+    def perform_at(self, when: float | datetime, *args: Any) -> str | None:
         """``when`` is an epoch timestamp in seconds or a timezone-aware datetime."""
         at = _epoch(when)
         signatures.check(self.name, args)
@@ -245,15 +245,15 @@ class Job:
         return cls.enqueuer().set(**options)
 
     @classmethod
-    def perform_async(cls, *args: Any) -> str:
+    def perform_async(cls, *args: Any) -> str | None:
         return cls.enqueuer().perform_async(*args)
 
     @classmethod
-    def perform_in(cls, seconds: float, *args: Any) -> str:
+    def perform_in(cls, seconds: float, *args: Any) -> str | None:
         return cls.enqueuer().perform_in(seconds, *args)
 
     @classmethod
-    def perform_at(cls, when: float | datetime, *args: Any) -> str:
+    def perform_at(cls, when: float | datetime, *args: Any) -> str | None:
         return cls.enqueuer().perform_at(when, *args)
 
     @classmethod

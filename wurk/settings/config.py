@@ -35,7 +35,13 @@ from wurk.core.redaction import shown
 from wurk.settings.checks import problems
 from wurk.settings.declaration import DECLARED, config_fields
 from wurk.settings.declared import BY_NAME, DEFAULT_REDIS_URL, HOOKS, SETTINGS
-from wurk.settings.hooks import DeathHandler, ErrorHandler, RedisErrorHook, ServerMiddleware
+from wurk.settings.hooks import (
+    ClientMiddleware,
+    DeathHandler,
+    ErrorHandler,
+    RedisErrorHook,
+    ServerMiddleware,
+)
 from wurk.settings.queues import QueueSpecError, parse_queues
 from wurk.settings.values import ConfigError, check_type, environment_layer
 
@@ -100,6 +106,7 @@ class Config:
     error_handlers: list[ErrorHandler] = DECLARED
     death_handlers: list[DeathHandler] = DECLARED
     server_middleware: list[ServerMiddleware] = DECLARED
+    client_middleware: list[ClientMiddleware] = DECLARED
     on_redis_error: RedisErrorHook | None = DECLARED
 
     def __post_init__(self) -> None:

@@ -196,6 +196,10 @@ HOOKS: tuple[Hook, ...] = (
               "the dead set"),
     Hook("server_middleware", "list[ServerMiddleware]", many=True,
          help="each is called as `mw(payload, queue, call_next)` around every job"),
+    Hook("client_middleware", "list[ClientMiddleware]", many=True,
+         help="each is called as `mw(job_class, payload, queue, redis, call_next)` before "
+              "every push; it may change the payload, or not call `call_next()` to stop "
+              "the push"),
     Hook("on_redis_error", "RedisErrorHook | None", many=False,
          help="told of every Redis retry, refusal and give-up of a pool, as "
               "`hook(error, attempt=n, action=...)`"),

@@ -15,6 +15,10 @@ ErrorHandler = Callable[[BaseException, Mapping[str, Any]], None]
 DeathHandler = Callable[[Mapping[str, Any], BaseException], None]
 # mw(payload, queue, call_next): see wurk.runtime.middleware.
 ServerMiddleware = Callable[[Mapping[str, Any], str, Callable[[], Any]], Any]
+# mw(job_class, payload, queue, redis, call_next), ``redis`` being the client's
+# RedisPool (typed Any here: settings sit below Redis access): see
+# wurk.push.middleware.
+ClientMiddleware = Callable[[str, dict[str, Any], str, Any, Callable[[], Any]], Any]
 
 
 class RedisErrorHook(Protocol):

@@ -1,0 +1,41 @@
+"""Client middleware: code that runs before every push, in this process.
+
+A middleware is a callable ``mw(job_class, payload, queue, redis, call_next)``
+(Sidekiq's client middleware, in Python's shape): ``job_class`` is the
+payload's ``class``, ``payload`` the job about to be written (a dict it may
+change in place, ``at`` included for a scheduled job), ``queue`` its queue
+and ``redis`` the client's pool. It calls ``call_next()`` to go on down the
+chain and then push; returning without calling it stops this push (the job
+is not written, and ``push`` returns None). Raising fails the push: nothing
+of it is written. This is the shape of the server chain
+(:mod:`wurk.runtime.middleware`); periodic, unique and tracing features hook
+in here rather than special-casing the client.
+
+Duties:
+1. Run ``config.client_middleware`` around one payload, first one outermost.
+2. Say whether the push goes ahead: only when every middleware called
+   ``call_next()``, down to the end of the chain.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from wurk.settings.hooks import ClientMiddleware
+
+
+def invoke(chain: Sequence[ClientMiddleware], payload: dict[str, Any], redis: Any) -> bool:
+    """Run ``payload`` through ``chain``; True when the push should go ahead."""
+    reached_end = False
+
+    def step(index: int) -> None:
+        nonlocal reached_end
+        if index == len(chain):
+            reached_end = True
+            return
+        chain[index](str(payload.get("class")), payload, str(payload.get("queue")), redis,
+                     lambda: step(index + 1))
+
+    step(0)
+    return reached_end
