@@ -10,10 +10,15 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
+import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 import redis
+from conftest import RedisServer, fill_to_maxmemory, start_redis
+from faultproxy import FaultProxy
 from structlog.testing import capture_logs
 from waiting import wait_for
 
@@ -22,6 +27,7 @@ from wurk.core import threads
 from wurk.runtime import leader as leader_module
 from wurk.runtime.leader import MARGIN, Leader, error_pause, follower_pause
 from wurk.settings.config import Config
+from wurk.wire.lease import LEASE_ACQUIRE
 
 TTL = 1.0
 # A fenced write: what a leader-only Lua script does before it writes.
@@ -37,11 +43,11 @@ MakeLeader = Callable[..., Leader]
 
 
 @pytest.fixture
-def make(config: Config) -> Iterator[MakeLeader]:
-    """Leaders on the test config, stopped after the test."""
+def make_with() -> Iterator[Callable[..., Leader]]:
+    """Leaders on a given config, stopped after the test."""
     made: list[Leader] = []
 
-    def build(name: str = "t", **kw: object) -> Leader:
+    def build(config: Config, name: str = "t", **kw: object) -> Leader:
         kw.setdefault("ttl", TTL)
         each = Leader(name, config=config, **kw)  # type: ignore[arg-type]
         made.append(each)
@@ -50,6 +56,12 @@ def make(config: Config) -> Iterator[MakeLeader]:
     yield build
     for each in made:
         each.stop()
+
+
+@pytest.fixture
+def make(config: Config, make_with: Callable[..., Leader]) -> MakeLeader:
+    """Leaders on the test config, stopped after the test."""
+    return lambda name="t", **kw: make_with(config, name, **kw)
 
 
 def fenced_set(r: redis.Redis, fence: tuple[str, str], value: str) -> int:
@@ -164,6 +176,105 @@ def test_belief_ends_before_the_lease_can_and_a_new_tenure_follows(make: MakeLea
     assert (one.token or 0) > old_token
     assert fenced_set(r, old_fence, "late write") == 0
     assert r.get("fenced") is None
+
+
+# -- Redis trouble ----------------------------------------------------------------------
+
+
+def own_config(server: RedisServer, **kw: Any) -> Config:
+    return Config(redis_url=server.url, log_level="warning", **kw)
+
+
+def test_a_redis_restart_elects_again_with_a_larger_token(own_redis: RedisServer,
+                                                          make_with: MakeLeader) -> None:
+    cfg = own_config(own_redis)
+    a, b = make_with(cfg, identity="a").start(), make_with(cfg, identity="b").start()
+    old = the_leader(a, b).token
+    assert old is not None
+    own_redis.stop()
+    restarted = start_redis(port=own_redis.port)
+    try:
+        # The restarted server has neither the lease nor the counter: the
+        # holder's renewal finds the lease gone, and the token, seeded from
+        # the clock, still grows.
+        now = wait_for(lambda: next((x for x in (a, b) if (x.token or 0) > old), None),
+                       timeout=10, what="a new tenure")
+        with restarted.client() as client:
+            assert client.get("wurk:leader-token:t") == str(now.token)
+    finally:
+        a.stop()
+        b.stop()
+        restarted.stop()
+        shutil.rmtree(restarted.workdir, ignore_errors=True)
+
+
+def test_redis_down_ends_the_belief_within_the_ttl_and_the_campaign_goes_on(
+        own_redis: RedisServer, make_with: MakeLeader) -> None:
+    failures: list[str] = []
+    cfg = own_config(own_redis, on_redis_error=lambda error, **_: failures.append(str(error)))
+    one = make_with(cfg).start()
+    assert one.wait_until_leader(5)
+    own_redis.stop()
+    down = time.monotonic()
+    wait_for(lambda: not one.is_leader(), timeout=TTL * 2, interval=0.01)
+    assert time.monotonic() - down <= TTL
+    failures.clear()
+    time.sleep(2.0)
+    # Still trying, paced (at most a sixth of the TTL apart, give or take a
+    # quarter), and never spinning; the thread is alive and not reported dead.
+    assert 4 <= len(failures) <= 2.0 / (TTL / 6 * 0.75) + 2
+    assert one._thread is not None and one._thread.is_alive()
+    assert "leader:t" not in threads.dead()
+    restarted = start_redis(port=own_redis.port)
+    try:
+        assert one.wait_until_leader(5)
+    finally:
+        one.stop()
+        restarted.stop()
+        shutil.rmtree(restarted.workdir, ignore_errors=True)
+
+
+def test_the_leader_keeps_its_lease_at_maxmemory(own_redis: RedisServer,
+                                                 make_with: MakeLeader) -> None:
+    one = make_with(own_config(own_redis)).start()
+    assert one.wait_until_leader(5)
+    token = one.token
+    with own_redis.client() as client:
+        fill_to_maxmemory(client)
+        time.sleep(TTL * 2.5)  # renewals (PEXPIRE) are allowed when Redis is full
+        assert one.is_leader() and one.token == token
+        client.flushall()
+
+
+def warmed(leader: Leader) -> Leader:
+    """Dial the Leader's own connection now, so an armed fault hits a command."""
+    leader._pool = leader._make_pool()
+    leader._pool.call("PING")
+    return leader
+
+
+def test_an_acquire_whose_reply_was_lost_is_adopted_at_once(proxy: FaultProxy, r: redis.Redis,
+                                                            make_with: MakeLeader) -> None:
+    r.script_load(LEASE_ACQUIRE.source)
+    one = warmed(make_with(Config(redis_url=proxy.url, log_level="warning")))
+    proxy.drop_next_reply()
+    with capture_logs() as logs:
+        one.start()
+        # Not orphaned: without adoption the lease taken by the lost attempt
+        # would block everyone, this process included, for the whole TTL.
+        assert one.wait_until_leader(TTL / 2)
+    assert [e["failures"] for e in logs if e["event"] == "leader.error"] == [1]
+    assert r.get("wurk:leader:t") == (one.fence() or ("", ""))[1]
+
+
+def test_a_renewal_whose_reply_was_lost_keeps_the_tenure(proxy: FaultProxy, r: redis.Redis,
+                                                         make_with: MakeLeader) -> None:
+    one = make_with(Config(redis_url=proxy.url, log_level="warning")).start()
+    assert one.wait_until_leader(5)
+    token = one.token
+    proxy.drop_next_reply()
+    time.sleep(TTL)
+    assert one.is_leader() and one.token == token
 
 
 # -- callbacks ---------------------------------------------------------------------------

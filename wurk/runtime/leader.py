@@ -332,6 +332,9 @@ class Leader:
     def _finish(self) -> None:
         tenure = self._tenure
         if tenure is not None:
+            # Stop believing before the release: once the lease is gone,
+            # another process may lead.
+            self._tenure = None
             self._release(tenure)
             self._end(tenure, "stopped")
 
