@@ -11,6 +11,7 @@ import json
 import os
 import random
 import shutil
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -25,7 +26,8 @@ from waiting import wait_for
 import wurk
 from wurk.core import threads
 from wurk.runtime import leader as leader_module
-from wurk.runtime.leader import MARGIN, Leader, error_pause, follower_pause
+from wurk.runtime.leader import Leader
+from wurk.runtime.leader_policy import MARGIN, error_pause, follower_pause
 from wurk.settings.config import Config
 from wurk.wire.lease import LEASE_ACQUIRE
 
@@ -113,6 +115,32 @@ def test_stop_releases_and_hands_over(make: MakeLeader, r: redis.Redis) -> None:
     # A released lease is taken at the follower's next try, not after the TTL.
     assert other.wait_until_leader(TTL * 0.6)
     assert (other.token or 0) > old
+
+
+def test_a_stop_that_times_out_releases_and_a_late_renewal_is_not_believed(
+        make: MakeLeader, r: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(leader_module, "JOIN_TIMEOUT", 0.1)
+    one = make()
+    held, go_on = threading.Event(), threading.Event()
+    run = one._run
+
+    def slow_reply(block: Callable[..., Any]) -> Any:
+        reply = run(block)
+        if threading.current_thread() is one._thread and one.is_leader():
+            held.set()  # a renewal applied in Redis, its reply not yet read
+            go_on.wait(5)
+        return reply
+
+    one._run = slow_reply  # type: ignore[method-assign]
+    one.start()
+    assert held.wait(5)
+    one.stop()
+    assert not one.is_leader() and r.get("wurk:leader:t") is None
+    go_on.set()
+    thread = one._thread
+    assert thread is not None
+    thread.join(5)
+    assert not thread.is_alive() and not one.is_leader()
 
 
 def test_a_follower_stopping_leaves_the_leaders_lease(make: MakeLeader, r: redis.Redis) -> None:

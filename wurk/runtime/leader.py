@@ -32,8 +32,6 @@ Duties:
 
 from __future__ import annotations
 
-import functools
-import math
 import os
 import random
 import secrets
@@ -50,6 +48,18 @@ from wurk.core.threads import describe
 from wurk.redis.pool import RedisPool, RetrySettings
 from wurk.redis.sentinel import SentinelSettings
 from wurk.runtime.heartbeat import make_identity
+from wurk.runtime.leader_policy import (
+    MARGIN,
+    RENEW_EVERY,
+    Callback,
+    check_callback,
+    check_identity,
+    check_name,
+    check_ttl,
+    default_clock,
+    error_pause,
+    follower_pause,
+)
 from wurk.settings.config import default_config
 from wurk.wire import keys
 from wurk.wire.lease import LEASE_ACQUIRE, LEASE_RELEASE, LEASE_RENEW, Acquired, parse_acquired
@@ -59,72 +69,8 @@ if TYPE_CHECKING:
     from wurk.settings.config import Config
 
 log = get_logger("wurk.leader")
-MIN_TTL = 1.0
-MAX_TTL = 86_400.0
-NAME_MAX = 200
-# is_leader() turns False this share of the TTL before the lease can expire
-# in Redis: room for clock drift, and for two renewals in a row to fail
-# (they come every third of the TTL) before leadership flaps.
-MARGIN = 0.2
-RENEW_EVERY = 1 / 3
-ERROR_PAUSE_FIRST = 0.05
 JOIN_TIMEOUT = 5.0
 WAIT_POLL = 0.05
-
-Callback = Callable[[], None]
-
-if hasattr(time, "CLOCK_BOOTTIME"):
-    default_clock: Callable[[], float] = functools.partial(time.clock_gettime,
-                                                           time.CLOCK_BOOTTIME)
-else:  # pragma: no cover - not Linux
-    default_clock = time.monotonic
-
-
-def check_name(name: object) -> str:
-    if not isinstance(name, str):
-        raise TypeError(f"leader name must be a string, not {type(name).__name__}")
-    if not name or len(name) > NAME_MAX or not name.isprintable() or " " in name:
-        raise ValueError(f"leader name must be 1-{NAME_MAX} printable characters "
-                         f"without spaces, not {name!r:.60}")
-    return name
-
-
-def check_ttl(ttl: object) -> float:
-    if isinstance(ttl, bool) or not isinstance(ttl, int | float):
-        raise TypeError(f"leader ttl must be a number of seconds, not {type(ttl).__name__}")
-    if not math.isfinite(ttl) or not MIN_TTL <= ttl <= MAX_TTL:
-        raise ValueError(f"leader ttl must be between {MIN_TTL:g} and {MAX_TTL:g} seconds, "
-                         f"not {ttl!r}")
-    return float(ttl)
-
-
-def check_identity(identity: object) -> str:
-    if not isinstance(identity, str):
-        raise TypeError(f"leader identity must be a string, not {type(identity).__name__}")
-    if not identity or len(identity) > NAME_MAX or not identity.isprintable():
-        raise ValueError(f"leader identity must be 1-{NAME_MAX} printable characters, "
-                         f"not {identity!r:.60}")
-    return identity
-
-
-def check_callback(callback: object, what: str) -> Callback | None:
-    if callback is not None and not callable(callback):
-        raise TypeError(f"{what} must be callable, not {type(callback).__name__}")
-    return callback
-
-
-def error_pause(failures: int, ttl: float, rng: random.Random) -> float:
-    """The pause after the ``failures``-th failed round trip in a row: doubling
-    from 50 ms up to a sixth of the TTL (a holder gets several tries before
-    its belief lapses), jittered by a quarter either way."""
-    base: float = min(ttl / 6, ERROR_PAUSE_FIRST * 2.0 ** min(failures - 1, 30))
-    return base * (0.75 + rng.random() / 2)
-
-
-def follower_pause(left: float, ttl: float, rng: random.Random) -> float:
-    """Until the holder's lease runs out (followers spread over 25 ms after
-    it), and at most a third of the TTL."""
-    return min(ttl * RENEW_EVERY, left + 0.005 + rng.random() * 0.02)
 
 
 @dataclass(frozen=True)
@@ -183,11 +129,14 @@ class Leader:
     # -- the public surface -----------------------------------------------
     def start(self) -> Leader:
         """Start campaigning (idempotent); returns self."""
+        thread = self._thread
+        if thread is not None and self._done.is_set():
+            thread.join(JOIN_TIMEOUT)  # a stop still finishing
         with self._lock:
-            running = self._thread is not None and self._thread.is_alive()
-            if running and not self._done.is_set():
-                return self
-            if running and not self._joined():
+            thread = self._thread
+            if thread is not None and thread.is_alive():
+                if not self._done.is_set():
+                    return self
                 raise RuntimeError(f"leader {self.name!r} is still stopping; start it later")
             self._done.clear()
             if self._pool is None:
@@ -197,11 +146,6 @@ class Leader:
                                          name=f"wurk-leader-{self.name}")
         return self
 
-    def _joined(self) -> bool:
-        assert self._thread is not None
-        self._thread.join(JOIN_TIMEOUT)
-        return not self._thread.is_alive()
-
     def stop(self) -> None:
         """Stop campaigning; delete the lease if it is still ours."""
         self._done.set()
@@ -210,17 +154,19 @@ class Leader:
             return
         thread.join(JOIN_TIMEOUT)
         if thread.is_alive():
-            # Stuck in a round trip: release from here; the thread releases
-            # again (harmlessly) if it comes back holding a tenure.
+            # Stuck in a round trip: release from here. The thread, once back,
+            # sees the stop and believes in no tenure again (_believe).
             log.warning("leader.stop_timeout", name=self.name)
-            tenure = self._tenure
+            with self._lock:
+                tenure, self._tenure = self._tenure, None
             if tenure is not None:
-                self._tenure = None
                 self._release(tenure)
             return
         with self._lock:
             if self._thread is thread:
                 self._thread = None
+        if self._pool is not None:
+            self._pool.close()  # idle sockets; a later start() dials again
 
     def __enter__(self) -> Leader:
         return self.start()
@@ -293,7 +239,7 @@ class Leader:
         if kept != 1:
             self._end(tenure, "taken")
             return 0.0
-        self._tenure = replace(tenure, confirmed=sent)
+        self._believe(replace(tenure, confirmed=sent))
         return max(0.0, sent + self.ttl * RENEW_EVERY - self._clock())
 
     def _acquire(self) -> float:
@@ -304,11 +250,22 @@ class Leader:
         self._ended = None  # the script dropped it if it was still there
         if not isinstance(result, Acquired):
             return follower_pause(result, self.ttl, self._rng)
-        self._tenure = _Tenure(result.value, result.token, sent, os.getpid())
+        tenure = _Tenure(result.value, result.token, sent, os.getpid())
+        if not self._believe(tenure):
+            self._release(tenure)  # stopped meanwhile
+            return 0.0
         self._elected.set()
         log.info("leader.elected", name=self.name, identity=self.identity, token=result.token)
         self._call(self.on_elected, "on_elected")
         return max(0.0, sent + self.ttl * RENEW_EVERY - self._clock())
+
+    def _believe(self, tenure: _Tenure) -> bool:
+        """Make ``tenure`` the current one, unless a stop came first."""
+        with self._lock:
+            if self._done.is_set():
+                return False
+            self._tenure = tenure
+            return True
 
     def _end(self, tenure: _Tenure, reason: str) -> None:
         """A tenure is over (``lapsed``, ``taken`` or ``stopped``)."""
