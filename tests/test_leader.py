@@ -120,7 +120,8 @@ def test_stop_releases_and_hands_over(make: MakeLeader, r: redis.Redis) -> None:
 def test_a_stop_that_times_out_releases_and_a_late_renewal_is_not_believed(
         make: MakeLeader, r: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(leader_module, "JOIN_TIMEOUT", 0.1)
-    one = make()
+    lost: list[int] = []
+    one = make(on_lost=lambda: lost.append(1))
     held, go_on = threading.Event(), threading.Event()
     run = one._run
 
@@ -134,13 +135,17 @@ def test_a_stop_that_times_out_releases_and_a_late_renewal_is_not_believed(
     one._run = slow_reply  # type: ignore[method-assign]
     one.start()
     assert held.wait(5)
+    tenure = one._tenure
+    assert tenure is not None
     one.stop()
-    assert not one.is_leader() and r.get("wurk:leader:t") is None
+    assert not one.is_leader() and r.get("wurk:leader:t") is None and lost == [1]
+    # The renewal's reply, when it comes, cannot make the tenure current again.
+    assert not one._believe(tenure)
     go_on.set()
     thread = one._thread
     assert thread is not None
     thread.join(5)
-    assert not thread.is_alive() and not one.is_leader()
+    assert not thread.is_alive() and not one.is_leader() and lost == [1]
 
 
 def test_a_follower_stopping_leaves_the_leaders_lease(make: MakeLeader, r: redis.Redis) -> None:

@@ -118,6 +118,8 @@ class Leader:
         self._tenure: _Tenure | None = None
         # The value of a tenure of ours that ended without a release.
         self._ended: str | None = None
+        # The value of the last tenure whose end was logged and told to on_lost.
+        self._announced: str | None = None
         self._holder = self._new_holder()
 
     def _new_holder(self) -> str:
@@ -154,13 +156,15 @@ class Leader:
             return
         thread.join(JOIN_TIMEOUT)
         if thread.is_alive():
-            # Stuck in a round trip: release from here. The thread, once back,
-            # sees the stop and believes in no tenure again (_believe).
+            # Stuck in a round trip: release from here (on_lost runs on this
+            # thread then). The thread, once back, sees the stop and believes
+            # in no tenure again (_believe).
             log.warning("leader.stop_timeout", name=self.name)
             with self._lock:
                 tenure, self._tenure = self._tenure, None
             if tenure is not None:
                 self._release(tenure)
+                self._end(tenure, "stopped")
             return
         with self._lock:
             if self._thread is thread:
@@ -268,8 +272,12 @@ class Leader:
             return True
 
     def _end(self, tenure: _Tenure, reason: str) -> None:
-        """A tenure is over (``lapsed``, ``taken`` or ``stopped``)."""
-        self._tenure = None
+        """A tenure is over (``lapsed``, ``taken`` or ``stopped``): told once."""
+        with self._lock:
+            self._tenure = None
+            if self._announced == tenure.value:
+                return
+            self._announced = tenure.value
         self._elected.clear()
         self._holder = self._new_holder()
         if reason == "lapsed":
