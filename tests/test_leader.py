@@ -432,3 +432,29 @@ def test_a_forked_child_does_not_believe_its_parents_tenure(make: MakeLeader) ->
     os.waitpid(pid, 0)
     assert seen == {"leader": False, "token": None, "fence": None, "live": [True]}
     assert one.is_leader()  # the parent's tenure is untouched
+
+
+# -- the how-to's example ---------------------------------------------------------------
+
+
+def test_the_examples_fenced_write_counts_only_while_leading(make: MakeLeader,
+                                                            r: redis.Redis) -> None:
+    from examples.leader import record_run
+
+    one = make("reports").start()
+    assert one.wait_until_leader(5)
+    fence = one.fence()
+    assert record_run(r, fence) == 1
+    one.stop()
+    assert record_run(r, one.fence()) is None
+    assert record_run(r, fence) is None  # the ended tenure's fence is refused
+    assert r.get("report:runs") == "1"
+
+
+def test_the_example_runs(config: Config, r: redis.Redis,
+                          capsys: pytest.CaptureFixture[str]) -> None:
+    from examples.leader import main
+
+    main(rounds=2, config=config)
+    assert "leading with token" in capsys.readouterr().out
+    assert r.get("wurk:leader:reports") is None
