@@ -419,18 +419,21 @@ def test_a_follower_waits_for_the_lease_to_run_out_but_at_most_a_third_of_the_tt
 def test_a_forked_child_does_not_believe_its_parents_tenure(make: MakeLeader) -> None:
     one = make().start()
     assert one.wait_until_leader(5)
+    parent_identity = one.identity
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child reports through the pipe
         seen = {"leader": one.is_leader(), "token": one.token, "fence": one.fence(),
-                "live": [each is one for each in leader_module._live]}
+                "live": one in leader_module._live,
+                "own_identity": one.identity != parent_identity}
         os.write(write_end, json.dumps(seen).encode())
         os._exit(0)
     os.close(write_end)
     with os.fdopen(read_end) as pipe:
         seen = json.loads(pipe.read())
     os.waitpid(pid, 0)
-    assert seen == {"leader": False, "token": None, "fence": None, "live": [True]}
+    assert seen == {"leader": False, "token": None, "fence": None, "live": True,
+                    "own_identity": True}
     assert one.is_leader()  # the parent's tenure is untouched
 
 

@@ -23,6 +23,7 @@ Duties:
    ends (``on_lost``), and the next success starts a new one.
 5. ``stop()`` ends the thread and deletes the lease if it is still ours, so
    a follower takes over at its next try instead of waiting out the TTL.
+   Every running Leader is stopped so at interpreter exit (``atexit``).
 6. After a fork the child holds nothing: each Leader there is stopped and
    not leading (:func:`forget_after_fork`). This module registers that hook
    itself when first imported, after :mod:`wurk.runtime.forking`'s (which
@@ -32,6 +33,7 @@ Duties:
 
 from __future__ import annotations
 
+import atexit
 import os
 import random
 import secrets
@@ -282,8 +284,9 @@ class Leader:
         self._holder = self._new_holder()
         if reason == "lapsed":
             self._ended = tenure.value
-        log.warning("leader.lost", name=self.name, identity=self.identity,
-                    token=tenure.token, reason=reason)
+        (log.info if reason == "stopped" else log.warning)(
+            "leader.lost", name=self.name, identity=self.identity, token=tenure.token,
+            reason=reason)
         self._call(self.on_lost, "on_lost")
 
     def _failed(self, exc: BaseException, failures: int) -> float:
@@ -349,6 +352,12 @@ def leader(name: str = "default", **kw: Any) -> Leader:
     return Leader(name, **kw).start()
 
 
+def stop_all() -> None:
+    """At interpreter exit: release held leases, so followers take over at once."""
+    for each in list(_live):
+        each.stop()
+
+
 def forget_after_fork() -> None:
     """In a forked child: no Leader leads or campaigns; ``start()`` begins anew."""
     for each in list(_live):
@@ -356,3 +365,4 @@ def forget_after_fork() -> None:
 
 
 os.register_at_fork(after_in_child=forget_after_fork)
+atexit.register(stop_all)
