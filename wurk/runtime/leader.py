@@ -48,6 +48,7 @@ from wurk.core import threads
 from wurk.core.logging import get_logger
 from wurk.core.threads import describe
 from wurk.redis.pool import RedisPool, RetrySettings
+from wurk.redis.pools import pool_for
 from wurk.redis.sentinel import SentinelSettings
 from wurk.runtime.heartbeat import make_identity
 from wurk.runtime.leader_policy import (
@@ -64,7 +65,15 @@ from wurk.runtime.leader_policy import (
 )
 from wurk.settings.config import default_config
 from wurk.wire import keys
-from wurk.wire.lease import LEASE_ACQUIRE, LEASE_RELEASE, LEASE_RENEW, Acquired, parse_acquired
+from wurk.wire.lease import (
+    LEASE_ACQUIRE,
+    LEASE_RELEASE,
+    LEASE_RENEW,
+    Acquired,
+    Holder,
+    parse_acquired,
+    parse_holder,
+)
 
 if TYPE_CHECKING:
     from wurk.redis.connection import Conn
@@ -345,6 +354,14 @@ class Leader:
         if self._own_identity:
             self.identity = make_identity()
         self._fresh_state()
+
+
+def current_holder(name: str = "default", config: Config | None = None) -> Holder | None:
+    """Who holds the lease of ``name`` now (its token and identity), or None;
+    one GET, from any process, campaigning or not."""
+    raw = pool_for(config or default_config()).call("GET", keys.leader_lease(check_name(name)),
+                                                    idempotent=True)
+    return parse_holder(raw)
 
 
 def leader(name: str = "default", **kw: Any) -> Leader:
