@@ -26,10 +26,16 @@ from waiting import wait_for
 import wurk
 from wurk.core import threads
 from wurk.runtime import leader as leader_module
-from wurk.runtime.leader import Leader
+from wurk.runtime.leader import Leader, current_holder
 from wurk.runtime.leader_policy import MARGIN, error_pause, follower_pause
 from wurk.settings.config import Config
-from wurk.wire.lease import LEASE_ACQUIRE
+from wurk.wire.lease import (
+    LEASE_ACQUIRE,
+    BadLeaseReplyError,
+    Holder,
+    parse_acquired,
+    parse_holder,
+)
 
 TTL = 1.0
 # A fenced write: what a leader-only Lua script does before it writes.
@@ -419,19 +425,50 @@ def test_a_follower_waits_for_the_lease_to_run_out_but_at_most_a_third_of_the_tt
 def test_a_forked_child_does_not_believe_its_parents_tenure(make: MakeLeader) -> None:
     one = make().start()
     assert one.wait_until_leader(5)
+    parent_identity = one.identity
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child reports through the pipe
         seen = {"leader": one.is_leader(), "token": one.token, "fence": one.fence(),
-                "live": [each is one for each in leader_module._live]}
+                "live": one in leader_module._live,
+                "own_identity": one.identity != parent_identity}
         os.write(write_end, json.dumps(seen).encode())
         os._exit(0)
     os.close(write_end)
     with os.fdopen(read_end) as pipe:
         seen = json.loads(pipe.read())
     os.waitpid(pid, 0)
-    assert seen == {"leader": False, "token": None, "fence": None, "live": [True]}
+    assert seen == {"leader": False, "token": None, "fence": None, "live": True,
+                    "own_identity": True}
     assert one.is_leader()  # the parent's tenure is untouched
+
+
+# -- reading the lease back (untrusted) ---------------------------------------------------
+
+
+def test_current_holder_names_the_leader(make: MakeLeader, config: Config) -> None:
+    assert current_holder("t", config) is None
+    one = make(identity="web-1:42:abc").start()
+    assert one.wait_until_leader(5)
+    assert current_holder("t", config) == Holder(one.token or 0, "web-1:42:abc")
+
+
+@pytest.mark.parametrize("raw", [
+    None, 5, [b"1"], b"", b"x", b"12", b"12 id", b"12 id/short", b"0 id/12345678",
+    b"-1 id/12345678", b"1e3 id/12345678", b"9" * 5000 + b" id/12345678",
+    str(2**53).encode() + b" id/12345678", b"12 /12345678",
+])
+def test_what_is_not_a_lease_value_names_no_holder(raw: object) -> None:
+    assert parse_holder(raw) is None
+
+
+@pytest.mark.parametrize("reply", [
+    None, [], [1], [2, b"x"], [0, -1], [0, b"5"], [1, 5], [1, b"12 other/abcdabcd"],
+    [1, b"9" * 5000 + b" me/abcdabcd"], [1, b"0 me/abcdabcd"], [1, b"\xff me/abcdabcd"],
+])
+def test_a_garbage_acquire_reply_is_an_error_not_a_tenure(reply: object) -> None:
+    with pytest.raises(BadLeaseReplyError):
+        parse_acquired(reply, "me/abcdabcd")
 
 
 # -- the how-to's example ---------------------------------------------------------------

@@ -210,3 +210,16 @@ def test_a_leader_stopped_past_its_ttl_does_not_lead_on_resume(field: Field,
     found = assert_one_leader_at_a_time(field.candidates)
     assert all(t.token > old["token"] for t in found if t.identity == heir.identity)
     assert_fenced_writes_in_order(r, field.candidates)
+
+
+def test_a_process_that_exits_normally_releases_its_lease(redis_server: RedisServer,
+                                                          r: redis.Redis) -> None:
+    code = ("import sys, wurk\n"
+            "from wurk.settings.config import Config\n"
+            "one = wurk.leader('exit', ttl=30, config=Config(redis_url=sys.argv[1]))\n"
+            "assert one.wait_until_leader(10)\n"
+            "print(one.fence()[1])\n")
+    done = subprocess.run([sys.executable, "-c", code, redis_server.url], check=True,
+                          capture_output=True, text=True, timeout=30)
+    assert done.stdout.strip()  # it led, with a 30 s lease...
+    assert r.get("wurk:leader:exit") is None  # ...that it gave back as it exited

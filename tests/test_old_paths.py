@@ -47,8 +47,8 @@ def test_the_public_names_did_not_move() -> None:
     import wurk
 
     assert sorted(wurk.__all__) == [
-        "ArgumentError", "Client", "Config", "ConfigError", "Job", "JobFunction",
+        "ArgumentError", "Client", "Config", "ConfigError", "Job", "JobFunction", "Leader",
         "PushBufferFullError", "PushNotConfirmedError", "UnknownJobError", "__version__",
-        "configure", "default_config", "job", "registry"]
+        "configure", "default_config", "job", "leader", "registry"]
     # wurk.job is the decorator, not the module that defines it.
     assert callable(wurk.job) and wurk.job.__module__ == "wurk.push.job"

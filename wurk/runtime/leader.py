@@ -23,6 +23,7 @@ Duties:
    ends (``on_lost``), and the next success starts a new one.
 5. ``stop()`` ends the thread and deletes the lease if it is still ours, so
    a follower takes over at its next try instead of waiting out the TTL.
+   Every running Leader is stopped so at interpreter exit (``atexit``).
 6. After a fork the child holds nothing: each Leader there is stopped and
    not leading (:func:`forget_after_fork`). This module registers that hook
    itself when first imported, after :mod:`wurk.runtime.forking`'s (which
@@ -32,6 +33,7 @@ Duties:
 
 from __future__ import annotations
 
+import atexit
 import os
 import random
 import secrets
@@ -46,6 +48,7 @@ from wurk.core import threads
 from wurk.core.logging import get_logger
 from wurk.core.threads import describe
 from wurk.redis.pool import RedisPool, RetrySettings
+from wurk.redis.pools import pool_for
 from wurk.redis.sentinel import SentinelSettings
 from wurk.runtime.heartbeat import make_identity
 from wurk.runtime.leader_policy import (
@@ -62,7 +65,15 @@ from wurk.runtime.leader_policy import (
 )
 from wurk.settings.config import default_config
 from wurk.wire import keys
-from wurk.wire.lease import LEASE_ACQUIRE, LEASE_RELEASE, LEASE_RENEW, Acquired, parse_acquired
+from wurk.wire.lease import (
+    LEASE_ACQUIRE,
+    LEASE_RELEASE,
+    LEASE_RENEW,
+    Acquired,
+    Holder,
+    parse_acquired,
+    parse_holder,
+)
 
 if TYPE_CHECKING:
     from wurk.redis.connection import Conn
@@ -282,8 +293,9 @@ class Leader:
         self._holder = self._new_holder()
         if reason == "lapsed":
             self._ended = tenure.value
-        log.warning("leader.lost", name=self.name, identity=self.identity,
-                    token=tenure.token, reason=reason)
+        (log.info if reason == "stopped" else log.warning)(
+            "leader.lost", name=self.name, identity=self.identity, token=tenure.token,
+            reason=reason)
         self._call(self.on_lost, "on_lost")
 
     def _failed(self, exc: BaseException, failures: int) -> float:
@@ -344,9 +356,23 @@ class Leader:
         self._fresh_state()
 
 
+def current_holder(name: str = "default", config: Config | None = None) -> Holder | None:
+    """Who holds the lease of ``name`` now (its token and identity), or None;
+    one GET, from any process, campaigning or not."""
+    raw = pool_for(config or default_config()).call("GET", keys.leader_lease(check_name(name)),
+                                                    idempotent=True)
+    return parse_holder(raw)
+
+
 def leader(name: str = "default", **kw: Any) -> Leader:
     """Build a :class:`Leader` and start it."""
     return Leader(name, **kw).start()
+
+
+def stop_all() -> None:
+    """At interpreter exit: release held leases, so followers take over at once."""
+    for each in list(_live):
+        each.stop()
 
 
 def forget_after_fork() -> None:
@@ -356,3 +382,4 @@ def forget_after_fork() -> None:
 
 
 os.register_at_fork(after_in_child=forget_after_fork)
+atexit.register(stop_all)

@@ -5,9 +5,9 @@ Duties:
    token, or say how long the current holder's lease has left.
 2. ``LEASE_RENEW`` and ``LEASE_RELEASE``: compare-and-PEXPIRE and
    compare-and-DEL, so a holder only ever extends or drops its own tenure.
-3. :func:`lease_value` and :func:`parse_acquired`: the value's format
-   (``"<token> <holder>"``) and a strict reading of the acquire reply, which
-   comes from Redis and is not trusted.
+3. :func:`lease_value`, :func:`parse_acquired` and :func:`parse_holder`:
+   the value's format (``"<token> <identity>/<8 hex>"``) and strict readings
+   of what Redis returns, which is not trusted.
 
 These scripts live beside :mod:`wurk.wire.lua` rather than in it only to
 keep each file short; they run through the same :class:`~wurk.wire.lua.Script`.
@@ -22,6 +22,7 @@ from wurk.wire.lua import Script
 
 # Tokens stay below 2**53 so that Lua's doubles hold them exactly.
 TOKEN_MAX = 2**53 - 1
+TOKEN_DIGITS = len(str(TOKEN_MAX))
 
 # KEYS: the lease, the token counter.
 # ARGV: this candidate's holder string, the TTL in ms, and the value of a
@@ -115,6 +116,14 @@ def lease_value(token: int, holder: str) -> str:
     return f"{token} {holder}"
 
 
+def parse_token(text: str) -> int | None:
+    """A token as the lease writes it, or None (never a huge-int conversion)."""
+    if not (0 < len(text) <= TOKEN_DIGITS and text.isascii() and text.isdigit()):
+        return None
+    token = int(text)
+    return token if 0 < token <= TOKEN_MAX else None
+
+
 def parse_acquired(reply: Any, holder: str) -> Acquired | float:
     """The acquire reply: the tenure we got, or the seconds the holder's lease has left."""
     if not isinstance(reply, list) or len(reply) != 2 or reply[0] not in (0, 1):
@@ -127,8 +136,28 @@ def parse_acquired(reply: Any, holder: str) -> Acquired | float:
     if not isinstance(body, bytes):
         raise BadLeaseReplyError(f"unexpected lease value {body!r:.200}")
     value = body.decode("utf-8", "replace")
-    token, _, owner = value.partition(" ")
-    numeric = token.isascii() and token.isdigit()
-    if owner != holder or not numeric or not 0 < int(token) <= TOKEN_MAX:
+    text, _, owner = value.partition(" ")
+    token = parse_token(text)
+    if owner != holder or token is None:
         raise BadLeaseReplyError(f"lease value {value!r:.200} is not one of ours")
-    return Acquired(value, int(token))
+    return Acquired(value, token)
+
+
+@dataclass(frozen=True)
+class Holder:
+    token: int
+    identity: str
+
+
+def parse_holder(raw: object) -> Holder | None:
+    """Whom a lease value names; None for anything that is not a lease value."""
+    if isinstance(raw, bytes):
+        raw = raw.decode("utf-8", "replace")
+    if not isinstance(raw, str):
+        return None
+    text, _, rest = raw.partition(" ")
+    identity, slash, suffix = rest.rpartition("/")
+    token = parse_token(text)
+    if token is None or not slash or not identity or len(suffix) != 8:
+        return None
+    return Holder(token, identity)
