@@ -1,0 +1,147 @@
+"""Helpers for the periodic tests: a fast fake clock, entries, a process that
+runs one periodic loop, and a lease that keeps believing it leads."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+from wurk.push.periodic import PeriodicEntry, make_entry
+from wurk.runtime.periodic import PeriodicLoop
+from wurk.settings.config import Config
+
+try:
+    from wurk.runtime.leader import Leader
+except ImportError:  # until the leader branch lands: a stand-in with its interface
+    import os
+    import threading
+    import uuid
+
+    import redis as _redis
+
+    class Leader:  # type: ignore[no-redef]
+        def __init__(self, name: str = "default", *, ttl: float = 15.0,
+                     config: Config | None = None, **_: Any) -> None:
+            assert config is not None
+            self.lease_key = f"wurk:leader:{name}"
+            self.ttl = ttl
+            self.value = f"{os.getpid()}/{uuid.uuid4().hex[:8]}"
+            self.r = _redis.Redis.from_url(config.redis_url)
+            self.confirmed = 0.0
+            self.done = threading.Event()
+
+        def start(self) -> Leader:
+            threading.Thread(target=self._run, daemon=True).start()
+            return self
+
+        def _run(self) -> None:
+            renew = ("if redis.call('get', KEYS[1]) == ARGV[1] then "
+                     "return redis.call('pexpire', KEYS[1], ARGV[2]) end return 0")
+            while not self.done.is_set():
+                sent = time.monotonic()
+                try:
+                    ok = (self.r.set(self.lease_key, self.value, nx=True, px=int(self.ttl * 1000))
+                          or self.r.eval(renew, 1, self.lease_key, self.value,
+                                         int(self.ttl * 1000)))
+                    if ok:
+                        self.confirmed = sent
+                except _redis.RedisError:
+                    pass
+                self.done.wait(self.ttl / 3)
+
+        def stop(self) -> None:
+            self.done.set()
+
+        def is_leader(self) -> bool:
+            return time.monotonic() - self.confirmed < self.ttl * 0.8
+
+        def fence(self) -> tuple[str, str] | None:
+            return (self.lease_key, self.value) if self.is_leader() else None
+
+
+class FakeClock:
+    """Wall-clock time that a test moves by hand."""
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class FastClock:
+    """Simulated time running ``speed`` times faster than real time from
+    ``base`` at real epoch ``t0``; processes given the same three agree."""
+
+    def __init__(self, base: float, t0: float, speed: float) -> None:
+        self.base, self.t0, self.speed = base, t0, speed
+
+    def __call__(self) -> float:
+        return self.base + (time.time() - self.t0) * self.speed
+
+
+class StaleLease:
+    """A leader that, once elected, always believes it leads and keeps the last
+    fence it saw: the worst case of a process stopped between its check and its
+    write. Only the fence inside Redis can stop it."""
+
+    def __init__(self, real: Leader) -> None:
+        self.real = real
+        self.last: tuple[str, str] | None = None
+
+    def start(self) -> Any:
+        return self.real.start()
+
+    def stop(self) -> None:
+        self.real.stop()
+
+    def is_leader(self) -> bool:
+        self.fence()
+        return self.last is not None
+
+    def fence(self) -> tuple[str, str] | None:
+        current = self.real.fence()
+        if current is not None:
+            self.last = current
+        return self.last
+
+
+def stamp_pid(job_class: str, payload: dict[str, Any], queue: str, redis: Any,
+              call_next: Any) -> None:
+    import os  # noqa: PLC0415
+
+    payload["pushed_by"] = os.getpid()
+    call_next()
+
+
+def entries() -> list[PeriodicEntry]:
+    return [make_entry("* * * * *", "Tick", name="minutely"),
+            make_entry("*/2 * * * *", "Tick", name="two-minutely", queue="other")]
+
+
+def main(argv: list[str]) -> None:
+    """``periodic_support.py URL BASE T0 SPEED TTL STALE``: run a periodic loop
+    on a fast clock until killed; prints ``leader`` when first elected."""
+    url, base, t0, speed, ttl, stale = argv
+    config = Config(redis_url=url, client_middleware=[stamp_pid])
+    real = Leader("periodic", ttl=float(ttl), config=config)
+    lease: Any = StaleLease(real) if stale == "1" else real
+    loop = PeriodicLoop(config, entries(), lease=lease,
+                        clock=FastClock(float(base), float(t0), float(speed)),
+                        interval=0.02, grace=600.0)
+    loop.start()
+    said = False
+    while True:
+        if not said and real.is_leader():
+            print(json.dumps({"leader": True}), flush=True)
+            said = True
+        time.sleep(0.02)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
