@@ -113,7 +113,7 @@ class StaleLease:
 
 def stamp_pid(job_class: str, payload: dict[str, Any], queue: str, redis: Any,
               call_next: Any) -> None:
-    import os  # noqa: PLC0415
+    import os
 
     payload["pushed_by"] = os.getpid()
     call_next()

@@ -19,7 +19,6 @@ from typing import Any
 
 import pytest
 import redis
-
 from periodic_support import FastClock
 from waiting import wait_for
 

@@ -9,6 +9,7 @@ from wurk.push.buffered import PushBufferFullError
 from wurk.push.client import Client
 from wurk.push.confirmed import PushNotConfirmedError
 from wurk.push.job import Job, JobFunction, UnknownJobError, job, registry
+from wurk.push.periodic import PeriodicError, periodic
 from wurk.runtime import forking  # noqa: F401 - registers the after-fork resets
 from wurk.settings.config import Config, ConfigError, configure, default_config
 from wurk.version import __version__
@@ -24,6 +25,7 @@ __all__ = [
     "ConfigError",
     "Job",
     "JobFunction",
+    "PeriodicError",
     "PushBufferFullError",
     "PushNotConfirmedError",
     "UnknownJobError",
@@ -31,5 +33,6 @@ __all__ = [
     "configure",
     "default_config",
     "job",
+    "periodic",
     "registry",
 ]

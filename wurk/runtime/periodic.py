@@ -111,7 +111,7 @@ class PeriodicLoop:
             self.run_pass()
         except BaseException as exc:  # noqa: BLE001 - Redis down, a bug: log, back off, go on
             self._failures += 1
-            pause = min(MAX_BACKOFF, self.interval * 2 ** min(self._failures, 8))
+            pause = min(MAX_BACKOFF, self.interval * float(2 ** min(self._failures, 8)))
             log.error("periodic.pass_failed", error=describe(exc), retry_in=round(pause, 3))
             return pause
         self._failures = 0
@@ -159,7 +159,7 @@ class PeriodicLoop:
         self.guard.outcome = ""
         try:
             jid = self.client.push(entry.tick_payload(tick))
-        except Exception as exc:  # noqa: BLE001 - this tick's trouble is this tick's
+        except Exception as exc:
             if self.guard.outcome == "fired":
                 # Claimed, then the write failed: this tick is lost, never doubled.
                 log.error("periodic.write_failed", entry=entry.name, tick=tick,
