@@ -53,6 +53,13 @@ except ImportError:  # until the leader branch lands: a stand-in with its interf
 
         def stop(self) -> None:
             self.done.set()
+            self.confirmed = 0.0
+            try:
+                self.r.eval("if redis.call('get', KEYS[1]) == ARGV[1] then "
+                            "return redis.call('del', KEYS[1]) end return 0", 1,
+                            self.lease_key, self.value)
+            except _redis.RedisError:
+                pass
 
         def is_leader(self) -> bool:
             return time.monotonic() - self.confirmed < self.ttl * 0.8
