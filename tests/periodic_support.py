@@ -3,6 +3,7 @@ runs one periodic loop, and a lease that keeps believing it leads."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
@@ -54,12 +55,10 @@ except ImportError:  # until the leader branch lands: a stand-in with its interf
         def stop(self) -> None:
             self.done.set()
             self.confirmed = 0.0
-            try:
+            with contextlib.suppress(_redis.RedisError):
                 self.r.eval("if redis.call('get', KEYS[1]) == ARGV[1] then "
                             "return redis.call('del', KEYS[1]) end return 0", 1,
                             self.lease_key, self.value)
-            except _redis.RedisError:
-                pass
 
         def is_leader(self) -> bool:
             return time.monotonic() - self.confirmed < self.ttl * 0.8

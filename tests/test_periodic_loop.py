@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 import redis
 from conftest import start_redis
-
 from periodic_support import FakeClock, Leader
 from waiting import wait_for
+
 from wurk.api.periodic import PeriodicSet
 from wurk.core import threads
 from wurk.push.periodic import PeriodicEntry, make_entry

@@ -26,7 +26,7 @@ from wurk.push.cron import CronError, Schedule
 from wurk.wire.payload import check_args
 
 MISSED = ("once", "skip")
-NAME = re.compile(r"[A-Za-z0-9_.:/@-]{1,200}")
+NAME = re.compile(r"[^\s]{1,200}")
 
 
 class PeriodicError(ValueError):
@@ -81,14 +81,15 @@ def make_entry(schedule: str, job: Any, *, args: Sequence[Any] = (), tz: str = "
         raise PeriodicError("periodic job name must be a non-empty string")
     label = name if name is not None else job_name
     where = f"periodic entry {label!r}"
-    if not isinstance(label, str) or not NAME.fullmatch(label):
-        raise PeriodicError(f"{where}: name must be 1-200 letters, digits or _.:/@-")
+    if not isinstance(label, str) or not NAME.fullmatch(label) or not label.isprintable():
+        raise PeriodicError(f"{where}: name must be 1-200 printable characters without "
+                            f"spaces")
     try:
         when = Schedule(schedule, tz)
     except CronError as exc:
         raise PeriodicError(f"{where}: {exc}") from None
     return PeriodicEntry(label, when, job_name, _checked_args(where, args),
-                         _checked_queue(where, queue or job_queue or "default"),
+                         _checked_queue(where, _first(queue, job_queue, "default")),
                          _checked_retry(where, _first(retry, job_retry, True)),
                          _checked_missed(where, missed), _checked_flag(where, paused))
 
