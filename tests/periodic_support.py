@@ -3,68 +3,15 @@ runs one periodic loop, and a lease that keeps believing it leads."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sys
 import time
 from typing import Any
 
 from wurk.push.periodic import PeriodicEntry, make_entry
+from wurk.runtime.leader import Leader
 from wurk.runtime.periodic import PeriodicLoop
 from wurk.settings.config import Config
-
-try:
-    from wurk.runtime.leader import Leader
-except ImportError:  # until the leader branch lands: a stand-in with its interface
-    import os
-    import threading
-    import uuid
-
-    import redis as _redis
-
-    class Leader:  # type: ignore[no-redef]
-        def __init__(self, name: str = "default", *, ttl: float = 15.0,
-                     config: Config | None = None, **_: Any) -> None:
-            assert config is not None
-            self.lease_key = f"wurk:leader:{name}"
-            self.ttl = ttl
-            self.value = f"{os.getpid()}/{uuid.uuid4().hex[:8]}"
-            self.r = _redis.Redis.from_url(config.redis_url)
-            self.confirmed = 0.0
-            self.done = threading.Event()
-
-        def start(self) -> Leader:
-            threading.Thread(target=self._run, daemon=True).start()
-            return self
-
-        def _run(self) -> None:
-            renew = ("if redis.call('get', KEYS[1]) == ARGV[1] then "
-                     "return redis.call('pexpire', KEYS[1], ARGV[2]) end return 0")
-            while not self.done.is_set():
-                sent = time.monotonic()
-                try:
-                    ok = (self.r.set(self.lease_key, self.value, nx=True, px=int(self.ttl * 1000))
-                          or self.r.eval(renew, 1, self.lease_key, self.value,
-                                         int(self.ttl * 1000)))
-                    if ok:
-                        self.confirmed = sent
-                except _redis.RedisError:
-                    pass
-                self.done.wait(self.ttl / 3)
-
-        def stop(self) -> None:
-            self.done.set()
-            self.confirmed = 0.0
-            with contextlib.suppress(_redis.RedisError):
-                self.r.eval("if redis.call('get', KEYS[1]) == ARGV[1] then "
-                            "return redis.call('del', KEYS[1]) end return 0", 1,
-                            self.lease_key, self.value)
-
-        def is_leader(self) -> bool:
-            return time.monotonic() - self.confirmed < self.ttl * 0.8
-
-        def fence(self) -> tuple[str, str] | None:
-            return (self.lease_key, self.value) if self.is_leader() else None
 
 
 class FakeClock:

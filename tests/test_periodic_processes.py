@@ -40,9 +40,9 @@ def test_wurk_run_runs_the_periodic_loop(spawn: Callable[..., cli_workers.Worker
     fields = r.hgetall("loops:every-minute")
     assert (fields["schedule"], fields["klass"], fields["paused"]) == (
         "* * * * *", "cli_echo", "0")
-    assert f":{worker.pid}:" in r.get("wurk:leader:periodic")
+    assert f":{worker.proc.pid}:" in r.get("wurk:leader:periodic")
     (fired_at, jid), = (json.loads(x) for x in r.lrange("loop-history:every-minute", 0, -1))
-    assert int(fields["tick"]) % 60 == 0 and fired_at >= int(fields["tick"])
+    assert int(fields["tick"]) % 60 == 0 and fired_at >= int(fields["tick"]) and len(jid) == 24
     worker.send(signal.SIGTERM)
     assert worker.proc.wait(20) == 0
     assert r.get("wurk:leader:periodic") is None  # given up on the way out

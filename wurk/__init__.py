@@ -2,7 +2,10 @@
 
 Define jobs with ``@wurk.job`` or ``wurk.Job``, enqueue them with
 ``perform_async``, run them with ``wurk run`` or ``wurk-swarm``.
+``wurk.leader()`` elects one process of a cluster for work only one may do.
 """
+
+from typing import TYPE_CHECKING, Any
 
 from wurk import old_paths
 from wurk.push.buffered import PushBufferFullError
@@ -15,6 +18,9 @@ from wurk.settings.config import Config, ConfigError, configure, default_config
 from wurk.version import __version__
 from wurk.wire.payload import ArgumentError
 
+if TYPE_CHECKING:
+    from wurk.runtime.leader import Leader, leader
+
 # import wurk.config and the other pre-layering paths still work, with a warning.
 old_paths.install()
 
@@ -25,6 +31,7 @@ __all__ = [
     "ConfigError",
     "Job",
     "JobFunction",
+    "Leader",
     "PeriodicError",
     "PushBufferFullError",
     "PushNotConfirmedError",
@@ -33,6 +40,17 @@ __all__ = [
     "configure",
     "default_config",
     "job",
+    "leader",
     "periodic",
     "registry",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # Leader election is runtime code: loaded on first use, so a process that
+    # only pushes jobs never imports it.
+    if name in ("Leader", "leader"):
+        from wurk.runtime import leader as module  # noqa: PLC0415
+
+        return getattr(module, name)
+    raise AttributeError(f"module 'wurk' has no attribute {name!r}")

@@ -98,6 +98,23 @@ PUSHED_TTL = 3600
 def pushed(jid: str) -> str:
     return f"{PUSHED_PREFIX}{jid}"
 
+
+# Leader election (wurk.leader()): one lease STRING per election name and a
+# counter its fencing tokens come from. Never Sidekiq Enterprise's
+# ``dear-leader``: its value is a bare identity that Ruby processes renew,
+# and sharing it would let a Ruby leader stop wurk's leader-only work.
+LEADER_PREFIX = "wurk:leader:"
+LEADER_COUNTER_PREFIX = "wurk:leader-token:"
+
+
+def leader_lease(name: str) -> str:
+    return f"{LEADER_PREFIX}{name}"
+
+
+def leader_token(name: str) -> str:
+    return f"{LEADER_COUNTER_PREFIX}{name}"
+
+
 # Periodic jobs, in Sidekiq Enterprise's layout: a set of loop ids, one hash
 # per loop, and a capped newest-first history of [fired_at, jid] per loop.
 PERIODIC = "periodic"
