@@ -3,11 +3,11 @@ runs one periodic loop, and a lease that keeps believing it leads."""
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from typing import Any
 
+from wurk.core import logging as wlog
 from wurk.push.periodic import PeriodicEntry, make_entry
 from wurk.runtime.leader import Leader
 from wurk.runtime.periodic import PeriodicLoop
@@ -79,8 +79,9 @@ def entries() -> list[PeriodicEntry]:
 
 def main(argv: list[str]) -> None:
     """``periodic_support.py URL BASE T0 SPEED TTL STALE``: run a periodic loop
-    on a fast clock until killed; prints ``leader`` when first elected."""
+    on a fast clock until killed; its log lines go to stdout."""
     url, base, t0, speed, ttl, stale = argv
+    wlog.setup("info", "json")
     config = Config(redis_url=url, client_middleware=[stamp_pid])
     real = Leader("periodic", ttl=float(ttl), config=config)
     lease: Any = StaleLease(real) if stale == "1" else real
@@ -88,12 +89,8 @@ def main(argv: list[str]) -> None:
                         clock=FastClock(float(base), float(t0), float(speed)),
                         interval=0.02, grace=600.0)
     loop.start()
-    said = False
     while True:
-        if not said and real.is_leader():
-            print(json.dumps({"leader": True}), flush=True)
-            said = True
-        time.sleep(0.02)
+        time.sleep(1)
 
 
 if __name__ == "__main__":

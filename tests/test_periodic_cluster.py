@@ -28,19 +28,26 @@ BASE = 1_800_000_000.0 - 20  # a little before a minute boundary
 
 
 class Fleet:
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, logs: Path) -> None:
         self.url = url
+        self.logs = logs
         self.t0 = time.time()
         self.clock = FastClock(BASE, self.t0, SPEED)
         self.procs: list[subprocess.Popen[str]] = []
 
     def spawn(self, *, stale: bool = False, ttl: float = 1.0) -> subprocess.Popen[str]:
-        proc = subprocess.Popen(
-            [sys.executable, str(SUPPORT), self.url, str(BASE), str(self.t0), str(SPEED),
-             str(ttl), "1" if stale else "0"],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        log = self.logs / f"periodic-{len(self.procs)}.log"
+        with log.open("w") as out:
+            proc = subprocess.Popen(
+                [sys.executable, str(SUPPORT), self.url, str(BASE), str(self.t0), str(SPEED),
+                 str(ttl), "1" if stale else "0"],
+                stdout=out, stderr=subprocess.STDOUT, text=True,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"})
         self.procs.append(proc)
         return proc
+
+    def log_of(self, proc: subprocess.Popen[str]) -> str:
+        return (self.logs / f"periodic-{self.procs.index(proc)}.log").read_text()
 
     def close(self) -> None:
         for proc in self.procs:
@@ -48,13 +55,11 @@ class Fleet:
                 proc.send_signal(signal.SIGCONT)
                 proc.kill()
             proc.wait(10)
-            if proc.stdout is not None:
-                proc.stdout.close()
 
 
 @pytest.fixture
-def fleet(redis_server: Any, r: redis.Redis) -> Iterator[Fleet]:
-    f = Fleet(redis_server.url)
+def fleet(redis_server: Any, r: redis.Redis, tmp_path: Path) -> Iterator[Fleet]:
+    f = Fleet(redis_server.url, tmp_path)
     try:
         yield f
     finally:
@@ -142,3 +147,4 @@ def test_a_leader_stopped_past_its_lease_enqueues_nothing_after_it_resumes(
     assert_exactly_once(found, end)
     after = [j for j in found if j["jid"] not in seen]
     assert after and all(j["pushed_by"] != first.pid for j in after)
+    assert "periodic.fenced" in fleet.log_of(first)  # it tried, and Redis refused it

@@ -169,8 +169,12 @@ class PeriodicLoop:
         if jid is None:
             if self.guard.outcome == "unregistered":
                 self._registered = False
-            log.debug("periodic.not_pushed", entry=entry.name, tick=tick,
-                      outcome=self.guard.outcome or "stopped by middleware")
+            if self.guard.outcome == "not_leader":
+                # It believed it led; the lease in Redis says otherwise.
+                log.warning("periodic.fenced", entry=entry.name, tick=tick)
+            else:
+                log.debug("periodic.not_pushed", entry=entry.name, tick=tick,
+                          outcome=self.guard.outcome or "stopped by middleware")
             return 0
         self.pushed += 1
         log.info("periodic.enqueued", entry=entry.name, tick=tick, jid=jid, late=round(late, 3))
