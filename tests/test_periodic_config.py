@@ -205,3 +205,19 @@ def test_wurk_periodic_errors(cli: admin_cli.Cli) -> None:
     assert cli("periodic", "pause").code == 2
     assert cli("periodic", "list", "extra").code == 2
     assert "no periodic entries" in cli("periodic").out
+
+
+def test_due_after_a_long_outage_does_not_walk_every_tick() -> None:
+    every_minute = Schedule("* * * * *")
+    now = 1_800_000_000 + 17
+    first, latest = every_minute.due(now - 3 * 86400, now) or (0, 0)
+    assert (first, latest) == (now - 3 * 86400 - 17 + 60, now - 17)
+    assert every_minute.due(now - 10, now) is None
+
+
+def test_next_after_from_inside_a_repeated_hour_skips_its_first_occurrence() -> None:
+    nightly = Schedule("30 1 * * *", "America/New_York")
+    second_0110 = int(datetime.datetime(2026, 11, 1, 6, 10, tzinfo=datetime.UTC).timestamp())
+    following = nightly.next_after(second_0110)
+    assert following == int(datetime.datetime(2026, 11, 2, 6, 30,
+                                               tzinfo=datetime.UTC).timestamp())

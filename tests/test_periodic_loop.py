@@ -223,3 +223,28 @@ def test_the_loop_rides_out_a_redis_restart(make_loop: MakeLoop) -> None:
         client.close()
         server.stop()
         close_pool(cfg)
+
+
+def test_client_middleware_runs_before_the_guard(make_loop: MakeLoop, r: redis.Redis,
+                                                 config: Config) -> None:
+    def odd_minutes_only(job_class: str, payload: dict[str, Any], queue: str, redis: Any,
+                         call_next: Callable[[], Any]) -> None:
+        if payload["args"] == ["boom"]:
+            raise RuntimeError("refused")
+        payload["seen_by_middleware"] = True
+        if payload["periodic"]["tick"] // 60 % 2:
+            call_next()
+
+    config.client_middleware.append(odd_minutes_only)
+    clock = FakeClock(epoch("2026-06-01T10:00:30+00:00"))
+    loop = make_loop([make_entry("* * * * *", "Minutely"),
+                      make_entry("* * * * *", "Broken", args=["boom"])], clock)
+    loop.run_pass()
+    for _ in range(4):
+        clock.advance(60)
+        loop.run_pass()
+        loop.run_pass()  # a stopped tick is passed over, not tried again
+    assert ticks(r) == [epoch(f"2026-06-01T10:0{m}:00+00:00") for m in (1, 3)]
+    assert all(j["seen_by_middleware"] for j in pushed(r))
+    assert r.hget("loops:Minutely", "tick") == str(epoch("2026-06-01T10:04:00+00:00"))
+    assert r.hget("loops:Broken", "tick") == str(epoch("2026-06-01T10:00:30+00:00"))

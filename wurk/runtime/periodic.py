@@ -21,8 +21,10 @@ Duties:
    ``missed="skip"`` unless it is itself on time.
 3. Redis trouble or any other error never ends the thread: the pass is
    logged and the next one comes after a pause that doubles up to
-   :data:`MAX_BACKOFF`. An entry whose hash vanished (Redis flushed or
-   restarted empty) is registered again.
+   :data:`MAX_BACKOFF`; an error of one entry's own is logged and leaves
+   the others alone. An entry whose hash vanished (Redis flushed or
+   restarted empty) is registered again. A tick that a client middleware
+   stops (before the guard) is passed over, not retried.
 4. ``stop``: end the thread, give up the lease.
 """
 
@@ -32,6 +34,8 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
+
+import redis.exceptions as rx
 
 from wurk.core import threads
 from wurk.core.logging import get_logger
@@ -132,8 +136,19 @@ class PeriodicLoop:
                 # The hash is gone (a flushed or restarted Redis): declare it again.
                 self._registered = False
             elif not paused:
-                pushed += self._handle(entry, mark, now)
+                pushed += self._handle_safely(entry, mark, now)
         return pushed
+
+    def _handle_safely(self, entry: PeriodicEntry, mark: int, now: float) -> int:
+        """One entry's tick; an error of that entry's own (a client middleware
+        that raises on its payload) is logged and leaves the others alone."""
+        try:
+            return self._handle(entry, mark, now)
+        except (rx.RedisError, OSError):
+            raise  # Redis trouble: the whole pass backs off
+        except Exception as exc:  # noqa: BLE001 - retried at the next pass
+            log.error("periodic.entry_failed", entry=entry.name, error=describe(exc))
+            return 0
 
     def _handle(self, entry: PeriodicEntry, mark: int, now: float) -> int:
         due = entry.schedule.due(mark, now)
@@ -167,15 +182,22 @@ class PeriodicLoop:
                 return 0
             raise
         if jid is None:
-            if self.guard.outcome == "unregistered":
-                self._registered = False
-            if self.guard.outcome == "not_leader":
-                # It believed it led; the lease in Redis says otherwise.
-                log.warning("periodic.fenced", entry=entry.name, tick=tick)
-            else:
-                log.debug("periodic.not_pushed", entry=entry.name, tick=tick,
-                          outcome=self.guard.outcome or "stopped by middleware")
+            self._not_pushed(entry, tick, self.guard.outcome)
             return 0
         self.pushed += 1
         log.info("periodic.enqueued", entry=entry.name, tick=tick, jid=jid, late=round(late, 3))
         return 1
+
+    def _not_pushed(self, entry: PeriodicEntry, tick: int, outcome: str) -> None:
+        if outcome == "":
+            # A client middleware before the guard stopped this tick (a unique
+            # job still locked, say): the tick is passed over, not retried.
+            log.info("periodic.stopped_by_middleware", entry=entry.name, tick=tick,
+                     outcome=self.guard.skip(self.pool, entry, tick))
+        elif outcome == "not_leader":
+            # It believed it led; the lease in Redis says otherwise.
+            log.warning("periodic.fenced", entry=entry.name, tick=tick)
+        else:
+            if outcome == "unregistered":
+                self._registered = False
+            log.debug("periodic.not_pushed", entry=entry.name, tick=tick, outcome=outcome)
