@@ -3,7 +3,8 @@
 Duties:
 1. ``boot``: import the shared ``require`` modules in the parent and fork the
    children slot by slot (``supervisor.processes``). Drain hooks are
-   registered before the first fork.
+   registered before the first fork. Then, if periodic entries exist, the
+   parent's periodic loop (``supervisor.periodic``); a drain stops it.
 2. ``supervise``, on a thread of its own that also does every fork (so the
    kernel's parent-death signal stays armed as long as the swarm lives):
    tick until drained. :meth:`Swarm._tick` is the table of contents.
@@ -39,7 +40,7 @@ import time
 import traceback
 from typing import TYPE_CHECKING
 
-from supervisor import liveness, processes, status
+from supervisor import liveness, periodic, processes, status
 from supervisor.child_boot import MANAGED_SIGNALS
 from supervisor.children import Child, SlotState, all_ready, beyond_wanted, ready_fds, wanted
 from supervisor.exits import EX_BOOT
@@ -56,6 +57,7 @@ from wurk.runtime.loading import load_modules
 
 if TYPE_CHECKING:
     from supervisor.topology import Slot, Topology
+    from wurk.runtime.periodic import PeriodicLoop
 
 __all__ = ["EX_KILLED", "Child", "SlotState", "Swarm"]
 
@@ -101,6 +103,7 @@ class Swarm:
         self._booted = False
         self._started = time.monotonic()
         self._hooks_registered = False
+        self.periodic: PeriodicLoop | None = None
 
     # -- lifecycle: what the main thread or a host calls -----------------------
     def boot(self) -> None:
@@ -115,6 +118,8 @@ class Swarm:
             for index in range(state.wanted):
                 self._spawn(state.slot, index)
         log.info("swarm.forked", children=len(self.children), slots=wanted(self.slots))
+        # After the first forks: the parent, never a child, competes for ticks.
+        self.periodic = periodic.start(self.topology)
 
     def supervise(self) -> int:
         """Boot, then supervise until drained. Returns the swarm's exit status."""
@@ -235,6 +240,7 @@ class Swarm:
         if self._draining:
             return
         self._draining = True
+        periodic.stop_soon(self.periodic)
         self.watchdog.stopping()
         self._drain_deadline = (time.monotonic() + self.topology.shutdown_timeout
                                 + self.topology.shutdown_grace)

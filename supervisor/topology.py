@@ -2,7 +2,8 @@
 
 Duties:
 1. Read a TOML file with a ``[wurk]`` table (shared settings, the same keys
-   ``wurk run --config`` reads, plus swarm-only ones) and ``[[slot]]`` tables.
+   ``wurk run --config`` reads, plus swarm-only ones), ``[[slot]]`` tables
+   and ``[[periodic]]`` tables (:mod:`supervisor.topology_periodic`).
 2. Validate everything before anything forks, raising :class:`TopologyError`
    whose one-line message names the file, the table or slot, the key and the
    bad value; the CLI turns it into exit status 78 (EX_CONFIG). Every number
@@ -33,6 +34,8 @@ from supervisor.parent_keys import (
     PARENT_KEYS,
     SLOT_PARENT_KEYS,
 )
+from supervisor.topology_periodic import parse_periodic
+from wurk.push.periodic import PeriodicEntry
 from wurk.settings.addresses import parse_listen
 from wurk.settings.config import Config, ConfigError
 from wurk.settings.declaration import DECLARED, config_fields
@@ -75,13 +78,15 @@ class Slot:
 
 
 @dataclass(frozen=True)
-@config_fields(PARENT_KEYS, own=("path", "base", "slots"))
+@config_fields(PARENT_KEYS, own=("path", "base", "slots", "periodic"))
 class Topology:
     """The parsed file; the parent's own settings are declared in supervisor.parent_keys."""
 
     path: Path
     base: Config
     slots: tuple[Slot, ...]
+    # [[periodic]] entries (supervisor.topology_periodic): the parent runs them.
+    periodic: tuple[PeriodicEntry, ...] = ()
     max_memory_mb: int = DECLARED
     respawn_backoff_max: float = DECLARED
     boot_failure_limit: int = DECLARED
@@ -113,7 +118,7 @@ def parse(document: dict[str, Any], path: Path,
     """``env`` (default: this process's) gives ``REDIS_URL`` and ``WURK_*``
     values under the file's: the file wins, as with ``wurk run -C``."""
     where = str(path)
-    extra = set(document) - {"wurk", "slot"}
+    extra = set(document) - {"wurk", "slot", "periodic"}
     if extra:
         raise TopologyError(f"{where}: unknown key {sorted(extra)[0]!r} at the top level")
     table = _table(document.get("wurk", {}), where, "wurk")
@@ -130,7 +135,11 @@ def parse(document: dict[str, Any], path: Path,
     if not isinstance(slots_raw, list) or not slots_raw:
         raise TopologyError(f"{where}: slot must be one or more [[slot]] tables, got "
                             f"{slots_raw!r}")
-    topology = Topology(path, base, (), **_swarm_settings(swarm, where))
+    try:
+        periodic = parse_periodic(document.get("periodic"), where)
+    except ValueError as exc:
+        raise TopologyError(str(exc)) from None
+    topology = Topology(path, base, (), periodic=periodic, **_swarm_settings(swarm, where))
     slots = tuple(_slot(raw, i, table, sources, topology=topology, where=where)
                   for i, raw in enumerate(slots_raw))
     names = [s.name for s in slots]

@@ -12,6 +12,7 @@ from wurk.push.buffered import PushBufferFullError
 from wurk.push.client import Client
 from wurk.push.confirmed import PushNotConfirmedError
 from wurk.push.job import Job, JobFunction, UnknownJobError, job, registry
+from wurk.push.periodic import PeriodicError, periodic
 from wurk.runtime import forking  # noqa: F401 - registers the after-fork resets
 from wurk.settings.config import Config, ConfigError, configure, default_config
 from wurk.version import __version__
@@ -31,6 +32,7 @@ __all__ = [
     "Job",
     "JobFunction",
     "Leader",
+    "PeriodicError",
     "PushBufferFullError",
     "PushNotConfirmedError",
     "UnknownJobError",
@@ -39,6 +41,7 @@ __all__ = [
     "default_config",
     "job",
     "leader",
+    "periodic",
     "registry",
 ]
 

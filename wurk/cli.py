@@ -100,7 +100,8 @@ def run_worker(config: Config) -> int:
         except Exception as exc:  # noqa: BLE001 - a refusal waiting cannot fix
             _log_boot_failure(exc)
             return EX_SOFTWARE
-        launcher = Launcher(config, on_stop_request=lambda: signals.poke(signal.SIGTERM))
+        launcher = Launcher(config, on_stop_request=lambda: signals.poke(signal.SIGTERM),
+                            periodic=True)
         try:
             launcher.start()
         except Exception as exc:  # noqa: BLE001 - report a boot failure plainly

@@ -45,7 +45,7 @@ from typing import Any, TextIO
 
 import redis.exceptions as rx
 
-from wurk.admin import control, jobsets, overview, profiles, spool
+from wurk.admin import control, jobsets, overview, periodic, profiles, spool
 from wurk.admin.registry import (
     AdminCommand,
     CommandError,
@@ -68,7 +68,7 @@ EX_CONFIG = 78
 MAX_ATTEMPTS = 2
 
 REGISTRY = Registry(*overview.COMMANDS, *jobsets.COMMANDS, *control.COMMANDS,
-                    *profiles.COMMANDS, *spool.COMMANDS)
+                    *profiles.COMMANDS, *spool.COMMANDS, *periodic.COMMANDS)
 
 # Failures that name what was missing or refused; their message is the whole story.
 NAMED_FAILURES = (CommandError, UnknownQueueError, UnknownProcessError, JobNotFoundError,

@@ -14,6 +14,8 @@ Modules, one concern each:
 - ``swarms``: :class:`SwarmSet`, :class:`SwarmProcess`: live ``wurk-swarm``
   parents and remote control of a whole swarm.
 - ``workers``: :class:`Workers`, the jobs running now.
+- ``periodic``: :class:`PeriodicSet`: periodic entries, their next runs and
+  last runs, pause and unpause.
 - ``errors``: the lookup and control errors callers catch.
 
 Apply-safety: every read is declared idempotent to the pool; every write
@@ -28,6 +30,7 @@ from wurk.api.errors import (
     UnknownProcessError,
     UnknownQueueError,
 )
+from wurk.api.periodic import PeriodicInfo, PeriodicRun, PeriodicSet, UnknownPeriodicError
 from wurk.api.processes import Process, ProcessSet
 from wurk.api.queue import Queue
 from wurk.api.records import JobRecord
@@ -42,6 +45,9 @@ __all__ = [
     "JobKilledError",
     "JobNotFoundError",
     "JobRecord",
+    "PeriodicInfo",
+    "PeriodicRun",
+    "PeriodicSet",
     "Process",
     "ProcessControlError",
     "ProcessSet",
@@ -53,6 +59,7 @@ __all__ = [
     "Stats",
     "SwarmProcess",
     "SwarmSet",
+    "UnknownPeriodicError",
     "UnknownProcessError",
     "UnknownQueueError",
     "UnknownSwarmError",

@@ -32,6 +32,7 @@ from wurk.push.spool import Destination
 from wurk.push.spool_drain import drain_at_start
 from wurk.redis.pools import pool_for
 from wurk.settings.config import Config, default_config
+from wurk.settings.hooks import ClientMiddleware
 from wurk.wire import keys
 from wurk.wire.payload import check_args, dumps, new_jid, now_stamp, score
 
@@ -46,9 +47,14 @@ BULK_BATCH = 1000
 
 class Client:
     def __init__(self, config: Config | None = None, *, pool: RedisPool | None = None,
-                 buffered: bool | None = None, drain_spool: bool = True) -> None:
+                 buffered: bool | None = None, drain_spool: bool = True,
+                 middleware: Sequence[ClientMiddleware] | None = None) -> None:
         self.config = config or default_config()
         self._pool = pool
+        # The chain this client runs (default: the config's, read at each
+        # push); a feature that needs a step of its own (the periodic loop's
+        # tick guard) builds a client with the config's chain plus that step.
+        self._middleware = None if middleware is None else list(middleware)
         use_buffer = self.config.reliable_push if buffered is None else buffered
         self.buffer = self._buffer() if use_buffer else None
         replicas = self.config.replicas_to_confirm
@@ -172,7 +178,7 @@ class Client:
                             now: float) -> tuple[dict[str, Any], float | None] | None:
         """Run the client middleware (if any) on a normalised payload: None when
         one stopped the push, else the payload checked again as a push would be."""
-        chain = self.config.client_middleware
+        chain = self.config.client_middleware if self._middleware is None else self._middleware
         if not chain:
             return prepared
         payload, run_at = prepared

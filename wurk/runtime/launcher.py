@@ -5,9 +5,11 @@ Duties:
    heartbeat info), then the heartbeat (so the process is visible before it
    takes work), then the processor threads, then the scheduler poller,
    then the spool drainer (pushes what exited processes spooled, at start
-   and every ``spool_interval``). Every one of those threads runs under
-   :mod:`wurk.core.threads`: one that dies is logged, restarted, and fails
-   ``/live`` until it is.
+   and every ``spool_interval``), then, when asked (``wurk run``, never a
+   swarm child) and periodic entries are declared, the periodic loop
+   (:mod:`wurk.runtime.periodic`), stopped first on the way out. Every
+   one of those threads runs under :mod:`wurk.core.threads`: one that
+   dies is logged, restarted, and fails ``/live`` until it is.
 2. ``quiet``: stop fetching, the poller and the spool drainer; running jobs
    carry on.
 3. ``stop(deadline)``: quiet, let running jobs finish until the monotonic
@@ -38,11 +40,13 @@ from wurk.core.logging import get_logger
 from wurk.observe import metrics
 from wurk.push.buffered import flush_push_buffers
 from wurk.push.job import Registry, registry
+from wurk.push.periodic import table as periodic_table
 from wurk.push.spool_drain import SpoolDrainer
 from wurk.redis.pools import pool_for
 from wurk.runtime import health
 from wurk.runtime.heartbeat import Heartbeat, make_identity
 from wurk.runtime.manager import Manager
+from wurk.runtime.periodic import PeriodicLoop
 from wurk.runtime.reaper import Reaper, recover
 from wurk.runtime.scheduled import Poller
 from wurk.settings.queues import parse_queues
@@ -59,8 +63,10 @@ STOP_MARGIN = 1.0
 class Launcher:
     def __init__(self, config: Config, *, jobs: Registry | None = None,
                  on_stop_request: Callable[[], None] | None = None,
-                 extra_info: dict[str, Any] | None = None) -> None:
+                 extra_info: dict[str, Any] | None = None, periodic: bool = False) -> None:
         self.config = config
+        self.periodic: PeriodicLoop | None = None
+        self._periodic_wanted = periodic
         plan = parse_queues(config.queues)
         identity = make_identity()
         self.jobs = jobs or registry
@@ -99,6 +105,8 @@ class Launcher:
         self.manager.start()
         self.poller.start()
         self.spool.start()
+        if self._periodic_wanted and (entries := periodic_table.entries()):
+            self.periodic = PeriodicLoop(self.config, entries).start()
 
     def _report_jobs(self) -> None:
         names = self.jobs.names()
@@ -129,6 +137,8 @@ class Launcher:
             return self._stop(deadline)
 
     def _stop(self, deadline: float) -> int:
+        if self.periodic is not None:
+            self.periodic.stop()  # gives the lease up for another process at once
         self.quiet()
         requeued = self.manager.stop(deadline)
         self.reaper.stop()

@@ -113,3 +113,24 @@ def leader_lease(name: str) -> str:
 
 def leader_token(name: str) -> str:
     return f"{LEADER_COUNTER_PREFIX}{name}"
+
+
+# Periodic jobs, in Sidekiq Enterprise's layout: a set of loop ids, one hash
+# per loop, and a capped newest-first history of [fired_at, jid] per loop.
+PERIODIC = "periodic"
+LOOP_HISTORY_CAP = 25
+# A tick's guard outlives any plausible leader hand-over around its tick.
+TICK_GUARD_TTL = 86_400
+
+
+def loop(name: str) -> str:
+    return f"loops:{name}"
+
+
+def loop_history(name: str) -> str:
+    return f"loop-history:{name}"
+
+
+def tick_guard(name: str, tick: int) -> str:
+    """Taken (SET NX) by the one process that enqueues this tick."""
+    return f"wurk:periodic-tick:{name}:{tick}"
