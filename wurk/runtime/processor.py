@@ -19,7 +19,9 @@ Duties, in order, for each job:
    entry are one atomic step (``wurk.runtime.settle``), retried with backoff through
    Redis trouble, so a failure is never followed by an acknowledgement that
    could delete a later copy, and a job whose failure cannot be written yet
-   stays in its private list instead of vanishing. A failure that cannot
+   stays in its private list instead of vanishing. A job a limiter refused
+   (``OverLimit``) is rescheduled the same way, spending no retry
+   (``wurk.runtime.overlimit``). A failure that cannot
    even be serialised sends the raw payload to ``dead``, with the reason
    logged.
 5. Drop this execution's outcome when the launcher already pushed the job
@@ -44,7 +46,7 @@ from wurk.core.logging import get_logger
 from wurk.core.threads import describe
 from wurk.observe import metrics, profiler
 from wurk.push.job import Registered, Registry, UnknownJobError
-from wurk.runtime import middleware, settle
+from wurk.runtime import middleware, overlimit, settle
 from wurk.runtime.retry import RetryHandler
 from wurk.runtime.work import Settlement
 from wurk.wire.payload import PayloadError, loads_job
@@ -136,6 +138,8 @@ class Processor:
                 entry: Registered | None) -> None:
         if self.in_flight.abandoned(slot):
             return  # as above; the slot stays recorded while the failure settles
+        if self._rescheduled(job, work, slot, exc):
+            return
         self.counters.record(failed=True)
         for handler in self.config.error_handlers:
             try:
@@ -151,6 +155,22 @@ class Processor:
         if self._settle(work, slot, _jid(job), settlement):
             log.info(f"job.{settlement.outcome}", jid=_jid(job), queue=work.queue,
                      retry_count=job.get("retry_count"))
+
+    def _rescheduled(self, job: dict[str, Any], work: UnitOfWork, slot: str,
+                     exc: BaseException) -> bool:
+        """Over a limit: back to ``schedule`` with no retry spent (``wurk.runtime.overlimit``)."""
+        try:
+            settlement = overlimit.plan(self.config, job, work.queue, exc, rng=self.retry.rng)
+        except BaseException as unwritable:  # noqa: BLE001 - fails as an ordinary error instead
+            log.error("limiter.unreschedulable", jid=_jid(job), error=describe(unwritable))
+            return False
+        if settlement is None:
+            return False
+        self.counters.record(failed=False)
+        if self._settle(work, slot, _jid(job), settlement):
+            log.info("job.over_limit", jid=_jid(job), queue=work.queue,
+                     overrated=job["overrated"], at=round(settlement.at, 3))
+        return True
 
     def _malformed(self, work: UnitOfWork, slot: str, reason: str) -> None:
         log.error("job.malformed", queue=work.queue, error=reason,
