@@ -4,7 +4,8 @@ Define jobs with ``@wurk.job`` or ``wurk.Job``, enqueue them with
 ``perform_async``, run them with ``wurk run`` or ``wurk-swarm``.
 """
 
-from wurk import old_paths
+from wurk import limiter, old_paths
+from wurk.limiter import OverLimit
 from wurk.push.buffered import PushBufferFullError
 from wurk.push.client import Client
 from wurk.push.confirmed import PushNotConfirmedError
@@ -24,6 +25,7 @@ __all__ = [
     "ConfigError",
     "Job",
     "JobFunction",
+    "OverLimit",
     "PushBufferFullError",
     "PushNotConfirmedError",
     "UnknownJobError",
@@ -31,5 +33,6 @@ __all__ = [
     "configure",
     "default_config",
     "job",
+    "limiter",
     "registry",
 ]

@@ -14,6 +14,7 @@ Modules, one concern each:
 - ``swarms``: :class:`SwarmSet`, :class:`SwarmProcess`: live ``wurk-swarm``
   parents and remote control of a whole swarm.
 - ``workers``: :class:`Workers`, the jobs running now.
+- ``limiters``: :class:`LimiterSet`, every registered limiter and its use.
 - ``errors``: the lookup and control errors callers catch.
 
 Apply-safety: every read is declared idempotent to the pool; every write
@@ -28,6 +29,7 @@ from wurk.api.errors import (
     UnknownProcessError,
     UnknownQueueError,
 )
+from wurk.api.limiters import LimiterInfo, LimiterSet, UnknownLimiterError
 from wurk.api.processes import Process, ProcessSet
 from wurk.api.queue import Queue
 from wurk.api.records import JobRecord
@@ -42,6 +44,8 @@ __all__ = [
     "JobKilledError",
     "JobNotFoundError",
     "JobRecord",
+    "LimiterInfo",
+    "LimiterSet",
     "Process",
     "ProcessControlError",
     "ProcessSet",
@@ -53,6 +57,7 @@ __all__ = [
     "Stats",
     "SwarmProcess",
     "SwarmSet",
+    "UnknownLimiterError",
     "UnknownProcessError",
     "UnknownQueueError",
     "UnknownSwarmError",
