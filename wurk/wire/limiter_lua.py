@@ -32,14 +32,16 @@ local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 _HEAD = """
 local function fmt(x) return string.format("%.6f", x) end
 local function finite(x) return x ~= nil and x == x and x ~= math.huge and x ~= -math.huge end
-local function bad(why) return redis.error_reply("WURKLIMITER " .. KEYS[1] .. " " .. why) end
+local function bad(why, key)
+  return redis.error_reply("WURKLIMITER " .. (key or KEYS[1]) .. " " .. why)
+end
 local state_type = redis.call("type", KEYS[1])["ok"]
 if state_type ~= "none" and state_type ~= EXPECTED then
   return bad("holds a " .. state_type .. ", not a " .. EXPECTED)
 end
 local meta_type = redis.call("type", KEYS[#KEYS - 1])["ok"]
 if meta_type ~= "none" and meta_type ~= "hash" then
-  return bad("(meta " .. KEYS[#KEYS - 1] .. ") holds a " .. meta_type .. ", not a hash")
+  return bad("holds a " .. meta_type .. ", not a hash", KEYS[#KEYS - 1])
 end
 if ARGV[1] == "1" then
   redis.call("sadd", KEYS[#KEYS], ARGV[2])
