@@ -107,9 +107,9 @@ def test_admits_the_limit_then_refuses(config: Config, kind: str) -> None:
     permits = [limiter.try_acquire() for _ in range(3)]
     assert all(isinstance(p, Permit) for p in permits)
     assert limiter.try_acquire() is None
-    with pytest.raises(OverLimit, match=f"'k-{kind}' \\({kind}\\)") as caught:
-        with limiter.acquire():
-            pass
+    with pytest.raises(OverLimit, match=f"'k-{kind}' \\({kind}\\)") as caught, \
+            limiter.acquire():
+        pass
     assert caught.value.limiter is limiter
 
 
