@@ -34,6 +34,7 @@ from wurk.limiter.policy import (
     check_name,
     check_reschedule,
     check_seconds,
+    overrated_count,
     poll_pause,
 )
 from wurk.redis.pools import pool_for
@@ -57,6 +58,13 @@ class OverLimit(Exception):  # noqa: N818 - Sidekiq Enterprise's name, which use
     def __init__(self, limiter: Limiter) -> None:
         super().__init__(f"limit {limiter.name!r} ({limiter.kind}) reached")
         self.limiter = limiter
+
+
+def reschedulable(exc: BaseException, job: dict[str, Any]) -> bool:
+    """Whether a job that raised ``exc`` is rescheduled rather than failed: an
+    :class:`OverLimit` whose limiter's ``reschedule`` cap is not yet spent."""
+    return isinstance(exc, OverLimit) and \
+        overrated_count(job.get("overrated")) < exc.limiter.reschedule
 
 
 class LimiterStateError(RuntimeError):

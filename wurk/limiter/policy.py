@@ -116,11 +116,3 @@ def overrated_count(value: Any) -> int:
         return 0
     return int(value)
 
-
-def reschedulable(exc: BaseException, job: dict[str, Any]) -> bool:
-    """Whether a job that raised ``exc`` is rescheduled rather than failed: an
-    :class:`~wurk.limiter.base.OverLimit` whose limiter's cap is not yet spent."""
-    from wurk.limiter.base import OverLimit  # noqa: PLC0415 - base imports this module
-
-    return isinstance(exc, OverLimit) and \
-        overrated_count(job.get("overrated")) < exc.limiter.reschedule

@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from wurk.core.logging import get_logger
-from wurk.limiter.policy import reschedulable
+from wurk.limiter.base import reschedulable
 from wurk.redis.pools import pool_for
 from wurk.settings.addresses import parse_metrics_url
 from wurk.wire import keys

@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 from wurk.core.logging import get_logger
 from wurk.core.threads import describe
-from wurk.limiter.base import OverLimit
-from wurk.limiter.policy import overrated_count, reschedulable, reschedule_delay
+from wurk.limiter.base import OverLimit, reschedulable
+from wurk.limiter.policy import overrated_count, reschedule_delay
 from wurk.observe import metrics
 from wurk.runtime.work import Settlement
 from wurk.wire.payload import dumps

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 from wurk.core import logging as wlog
 from wurk.core.logging import get_logger
 from wurk.core.threads import describe
+from wurk.limiter.base import reschedulable
 from wurk.observe import metrics, profiler
 from wurk.push.job import Registered, Registry, UnknownJobError
 from wurk.runtime import middleware, overlimit, settle
@@ -119,6 +120,8 @@ class Processor:
             middleware.invoke(self.config.server_middleware, job, queue,
                               lambda: perform(*job["args"]))
         except BaseException as exc:
+            if reschedulable(exc, job):
+                return exc  # not a failure: _rescheduled logs it as job.over_limit
             # The traceback goes with the line: JSON's "exception" field, or
             # a readable traceback on a terminal (or in the app's logging).
             log.warning("job.fail", elapsed=round(time.perf_counter() - started, 6),
