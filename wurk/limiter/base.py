@@ -198,9 +198,11 @@ class Limiter:
         raise NotImplementedError
 
     def _head(self, register: bool) -> list[Any]:
+        if not register:
+            return ["0", "", "", "", keys.LIMITER_TTL]
         options = json.dumps({**self.options(), "wait_timeout": _number(self.wait_timeout),
                               "ttl": keys.LIMITER_TTL}, separators=(",", ":"))
-        return ["1" if register else "0", self.name, self.kind, options, keys.LIMITER_TTL]
+        return ["1", self.name, self.kind, options, keys.LIMITER_TTL]
 
     def _due_registration(self) -> bool:
         last = self._registered_at
