@@ -65,10 +65,11 @@ def in_threads(count: int, work: Callable[[], None]) -> None:
 def test_fifty_threads_in_two_processes_never_exceed_five_holders(
         redis_server: RedisServer, r: redis.Redis) -> None:
     rounds = 3
+    # Built before the fork, as a module-level limiter is in a swarm's children.
+    limiter = wurk.limiter.concurrent("stripe", 5, lease=30, wait_timeout=40,
+                                      config=Config(redis_url=redis_server.url))
 
     def child(index: int) -> None:
-        cfg = Config(redis_url=redis_server.url)
-        limiter = wurk.limiter.concurrent("stripe", 5, lease=30, wait_timeout=40, config=cfg)
         client = redis_server.client()
         enter = client.register_script(ENTER)
 

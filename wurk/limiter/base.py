@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import random
 import time
 from collections.abc import Callable, Iterator
@@ -165,7 +166,9 @@ class Limiter:
 
     def check(self) -> Permit | Refusal:
         """One check: one script, one round trip."""
-        member = self._rng.getrandbits(64).to_bytes(8, "big").hex()
+        # From the kernel, not self._rng: a forked child copies the parent's
+        # generator, and two processes drawing the same member would share a slot.
+        member = os.urandom(8).hex()
         register = self._due_registration()
         args = [*self._head(register), *self._args(member)]
         script_keys = [*self._keys(), keys.limiter_meta(self.name), keys.LIMITER_LIST]
