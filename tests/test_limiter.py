@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import math
 import random
+import shutil
 from typing import Any
 
 import pytest
 import redis
+from conftest import RedisServer, start_redis
 
 import wurk
 from wurk.api import LimiterSet, UnknownLimiterError
@@ -21,7 +23,7 @@ from wurk.limiter.policy import (
     poll_pause,
     reschedule_delay,
 )
-from wurk.redis.pools import pool_for
+from wurk.redis.pools import close_pool, pool_for
 from wurk.settings.config import Config
 from wurk.wire.limiter_lua import CONCURRENT_ACQUIRE, WINDOW_ACQUIRE
 
@@ -286,3 +288,23 @@ def test_the_api_lists_every_limiter_and_survives_garbage(config: Config,
         LimiterSet(config=config).get("nope")
     LimiterSet(config=config).delete("junk-meta")
     assert "junk-meta" not in LimiterSet(config=config).names()
+
+
+def test_redis_away_is_an_error_and_a_restarted_redis_works_again(
+        own_redis: RedisServer) -> None:
+    cfg = Config(redis_url=own_redis.url, redis_retry_attempts=2, redis_retry_base=0.01,
+                 redis_retry_cap=0.02)
+    limiter = wurk.limiter.concurrent("outage", 2, config=cfg)
+    limiter.wait().release()
+    own_redis.stop()
+    with pytest.raises(redis.ConnectionError):
+        limiter.try_acquire()
+    restarted = start_redis(port=own_redis.port)
+    try:
+        permit = limiter.wait()  # the script is loaded again (NOSCRIPT) on the new server
+        assert permit.used == 1
+        permit.release()
+    finally:
+        restarted.stop()
+        shutil.rmtree(restarted.workdir, ignore_errors=True)
+        close_pool(cfg)

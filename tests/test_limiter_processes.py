@@ -3,13 +3,16 @@ slot comes back after its lease."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+import cli_workers
 import pytest
 import redis
 from conftest import RedisServer
@@ -165,3 +168,77 @@ def test_leaky_admits_no_more_than_capacity_plus_drain(redis_server: RedisServer
     excess = max(j - i + 1 - (5 + 5 * (ats[j] - ats[i]))
                  for i in range(len(ats)) for j in range(i, len(ats)))
     assert excess <= 0.01
+
+
+def test_a_frozen_holder_loses_its_slot_after_the_lease_and_its_late_release_is_counted(
+        redis_server: RedisServer, r: redis.Redis, config: Config) -> None:
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child: hold, get frozen, release late
+        status = 1
+        try:
+            client = redis_server.client()
+            limiter = wurk.limiter.concurrent("frozen", 1, lease=1.0,
+                                              config=Config(redis_url=redis_server.url))
+            permit = limiter.wait()
+            client.set("held_at", repr(permit.at))
+            wait_for(lambda: client.get("go"), timeout=30)
+            permit.release()
+            status = 0
+        finally:
+            os._exit(status)
+    held_at = float(wait_for(lambda: r.get("held_at"), what="the child holds the slot"))
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        permit = wurk.limiter.concurrent("frozen", 1, lease=30).wait(wait_timeout=10)
+        assert permit.at - held_at >= 1.0
+    finally:
+        r.set("go", "1")
+        os.kill(pid, signal.SIGCONT)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+    assert r.hgetall("lmtr-stats:frozen") == {"reclaimed": "1", "overages": "1"}
+    assert r.zrange("lmtr-cs:frozen", 0, -1) == [permit.member]  # the late release freed nothing
+
+
+LIMITED_JOBS = """
+import os
+
+import redis
+
+import wurk
+
+_r = redis.Redis.from_url(os.environ["REDIS_URL"])
+GATE = wurk.limiter.concurrent("gate", 1, wait_timeout=0, backoff=lambda overrated: 0.3)
+
+
+@wurk.job(name="lim_guarded")
+def guarded(value):
+    with GATE.acquire():
+        _r.rpush("lim:done", str(value))
+"""
+
+
+def test_wurk_run_reschedules_a_job_over_the_limit_and_runs_it_later(
+        redis_server: RedisServer, r: redis.Redis, config: Config, tmp_path: Path) -> None:
+    (tmp_path / "limjobs.py").write_text(LIMITED_JOBS)
+    held = wurk.limiter.concurrent("gate", 1).wait()
+    _, raw = cli_workers.push(r, "lim_guarded", 42)
+    r.lpush("queue:default", raw.replace('"retry": true', '"retry": true, "retry_count": 2'))
+    r.lrem("queue:default", 1, raw)
+    worker = cli_workers.Worker(["-r", "limjobs", "--log-level", "info"],
+                                cli_workers.child_env(redis_server.url, tmp_path), tmp_path)
+    try:
+        def rescheduled() -> dict[str, Any] | None:
+            assert worker.alive(), worker.stderr()
+            entries = r.zrange("schedule", 0, -1)
+            return json.loads(entries[0]) if entries else None
+
+        payload = wait_for(rescheduled, what="the job in the schedule set")
+        assert payload["overrated"] >= 1 and payload["retry_count"] == 2
+        assert r.zcard("retry") == 0
+        held.release()
+        wait_for(lambda: r.lrange("lim:done", 0, -1) == ["42"], what="the job ran")
+        assert r.zcard("retry") == r.zcard("schedule") == r.zcard("dead") == 0
+        events = [e["event"] for e in worker.events()]
+        assert "job.over_limit" in events and "job.fail" not in events
+    finally:
+        worker.close()
