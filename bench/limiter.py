@@ -7,7 +7,7 @@ What it does:
 2. For each kind (concurrent, window, bucket, leaky), never over its limit:
    ``--ops`` times ``with limiter.acquire(): pass`` in one thread; prints the
    mean time and the round trips per acquire+release (counted at wurk's
-   connection, ``Conn.call`` and ``Conn.pipeline``).
+   connection, ``Conn.call`` and ``Conn.pipeline``), next to a PING's time.
 3. Jobs, paired in one run: ``--rounds`` rounds, each pushing ``--jobs``
    no-op jobs, ``--jobs`` jobs whose body is ``with limiter.acquire(): pass``
    on a concurrent limiter of 1000 (check and release: two round trips) and
@@ -42,7 +42,7 @@ if str(ROOT) not in sys.path:
 
 import wurk  # noqa: E402
 from wurk.redis.connection import Conn  # noqa: E402
-from wurk.redis.pools import close_pool  # noqa: E402
+from wurk.redis.pools import close_pool, pool_for  # noqa: E402
 from wurk.runtime.launcher import Launcher  # noqa: E402
 from wurk.settings.config import Config  # noqa: E402
 
@@ -167,6 +167,11 @@ def main() -> None:
                         log_level="error", heartbeat_interval=5.0)
         wurk.configure(config)
         print(f"one acquire+release, {args.ops} times in one thread (never refused):")
+        started = time.perf_counter()
+        for _ in range(args.ops):
+            pool_for(config).call("PING", idempotent=True)
+        print(f"  (a PING through the same pool, for scale: "
+              f"{(time.perf_counter() - started) / args.ops * 1e6:.1f} us)")
         for kind in ("concurrent", "window", "bucket", "leaky"):
             seconds, used = per_check(client, kind, args.ops)
             print(f"  {kind:11} {seconds * 1e6:7.1f} us   {used:.2f} round trips")
