@@ -308,3 +308,9 @@ def test_redis_away_is_an_error_and_a_restarted_redis_works_again(
         restarted.stop()
         shutil.rmtree(restarted.workdir, ignore_errors=True)
         close_pool(cfg)
+
+
+def test_the_public_names() -> None:
+    assert {"limiter", "OverLimit"} <= set(wurk.__all__)
+    assert wurk.OverLimit is OverLimit
+    assert wurk.limiter.concurrent.__module__ == "wurk.limiter"

@@ -46,9 +46,10 @@ def test_from_wurk_import_an_old_module_name_resolves_to_the_moved_module() -> N
 def test_the_public_names_did_not_move() -> None:
     import wurk
 
-    assert sorted(wurk.__all__) == [
+    # New features add names (wurk.limiter, wurk.OverLimit); none of these may go.
+    assert {
         "ArgumentError", "Client", "Config", "ConfigError", "Job", "JobFunction",
         "PushBufferFullError", "PushNotConfirmedError", "UnknownJobError", "__version__",
-        "configure", "default_config", "job", "registry"]
+        "configure", "default_config", "job", "registry"} <= set(wurk.__all__)
     # wurk.job is the decorator, not the module that defines it.
     assert callable(wurk.job) and wurk.job.__module__ == "wurk.push.job"

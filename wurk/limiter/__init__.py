@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from wurk.limiter.base import Limiter, LimiterStateError, OverLimit, Permit
+from wurk.limiter.base import Limiter, LimiterStateError, OverLimit, Permit, Refusal
 from wurk.limiter.kinds import Bucket, Concurrent, Leaky, Window
 from wurk.limiter.policy import LimiterArgumentError
 
@@ -37,6 +37,7 @@ __all__ = [
     "LimiterStateError",
     "OverLimit",
     "Permit",
+    "Refusal",
     "Window",
     "bucket",
     "concurrent",
