@@ -97,7 +97,8 @@ def test_reschedule_delay_is_sidekiq_enterprises_formula() -> None:
 
 
 @pytest.mark.parametrize(("value", "count"), [(None, 0), (3, 3), (3.0, 3), ("3", 0), (True, 0),
-                                              (-1, 0), (math.inf, 0), (10**12, 0), ([], 0)])
+                                              (-1, 0), (math.nan, 0), (math.inf, 10_001),
+                                              (10**400, 10_001), (2.5, 2), ([], 0)])
 def test_overrated_count_trusts_nothing(value: Any, count: int) -> None:
     assert overrated_count(value) == count
 

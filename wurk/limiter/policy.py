@@ -109,10 +109,12 @@ def reschedule_delay(overrated: int, rng: random.Random) -> float:
 
 
 def overrated_count(value: Any) -> int:
-    """The times a payload says it was rescheduled; anything not a sane count is 0."""
+    """The times a payload says it was rescheduled. Anything that is not a number
+    of times (a string, a bool, negative, NaN) is 0; a number past every cap
+    stays past it (so the job is not rescheduled again), whatever its size."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return 0
-    if not math.isfinite(value) or not 0 <= value <= MAX_RESCHEDULE:
+    if (isinstance(value, float) and math.isnan(value)) or value < 0:
         return 0
-    return int(value)
+    return int(min(value, MAX_RESCHEDULE + 1))
 
