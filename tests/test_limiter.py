@@ -6,6 +6,7 @@ import json
 import math
 import random
 import shutil
+import time
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ import wurk
 from wurk.api import LimiterSet, UnknownLimiterError
 from wurk.limiter import LimiterArgumentError, LimiterStateError, OverLimit, Permit
 from wurk.limiter import base as limiter_base
+from wurk.limiter import kinds as limiter_kinds
 from wurk.limiter.policy import (
     POLL_MAX,
     POLL_MIN,
@@ -171,6 +173,19 @@ def test_bucket_counts_per_epoch_key_in_sidekiq_format(config: Config, r: redis.
     key = f"lmtr-b:mail:{int(permit.at // 3600)}"
     assert r.get(key) == "1"
     assert 3600 < r.ttl(key) <= 7201
+
+
+@pytest.mark.parametrize("skew", [-3600.0, 0.0, 3600.0, 5 * 3600.0, -50 * 3600.0])
+def test_bucket_counts_on_redis_clock_whatever_this_hosts_says(
+        config: Config, r: redis.Redis, monkeypatch: pytest.MonkeyPatch, skew: float) -> None:
+    real = time.time
+    monkeypatch.setattr(limiter_kinds.time, "time", lambda: real() + skew)
+    limiter = wurk.limiter.bucket("skew:12", 5, interval=3600)
+    first, second = limiter.wait(), limiter.wait()
+    epoch = int(first.at // 3600)
+    if epoch == int(second.at // 3600):  # not straddling an hour
+        assert r.keys("lmtr-b:*") == [f"lmtr-b:skew:12:{epoch}"]
+        assert r.get(f"lmtr-b:skew:12:{epoch}") == "2"
 
 
 def test_leaky_stores_level_and_last(config: Config, r: redis.Redis) -> None:

@@ -170,8 +170,9 @@ class Limiter:
         # generator, and two processes drawing the same member would share a slot.
         member = os.urandom(8).hex()
         register = self._due_registration()
-        args = [*self._head(register), *self._args(member)]
-        script_keys = [*self._keys(), keys.limiter_meta(self.name), keys.LIMITER_LIST]
+        state = self._keys()
+        args = [*self._head(register), *self._args(member, state)]
+        script_keys = [*state, keys.limiter_meta(self.name), keys.LIMITER_LIST]
         reply = self._run(lambda c: self.script.run(c, script_keys, args),
                           idempotent=self._replay_safe)
         admitted, used, extra = int(reply[0]), float(reply[1]), _text(reply[2])
@@ -193,7 +194,8 @@ class Limiter:
     def _keys(self) -> list[str]:
         raise NotImplementedError
 
-    def _args(self, member: str) -> list[Any]:
+    def _args(self, member: str, state: list[str]) -> list[Any]:
+        """The script's arguments after the shared head; ``state`` is what _keys gave."""
         raise NotImplementedError
 
     def options(self) -> dict[str, Any]:

@@ -20,6 +20,7 @@ Duties:
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 from wurk.core.logging import get_logger
@@ -58,7 +59,7 @@ class Concurrent(Limiter):
     def _keys(self) -> list[str]:
         return [keys.limiter_concurrent(self.name), keys.limiter_stats(self.name)]
 
-    def _args(self, member: str) -> list[Any]:
+    def _args(self, member: str, state: list[str]) -> list[Any]:
         return [int(self.limit), self.lease, member]
 
     def options(self) -> dict[str, Any]:
@@ -117,7 +118,7 @@ class Window(_Periodic):
     def _keys(self) -> list[str]:
         return [keys.limiter_window(self.name)]
 
-    def _args(self, member: str) -> list[Any]:
+    def _args(self, member: str, state: list[str]) -> list[Any]:
         return [int(self.limit), self.interval, member]
 
     def usage(self, conn: Conn, now: float) -> dict[str, Any]:
@@ -133,10 +134,13 @@ class Bucket(_Periodic):
     script = BUCKET_ACQUIRE
 
     def _keys(self) -> list[str]:
-        return [keys.limiter_bucket(self.name)]
+        # This host's idea of the interval; the script picks by Redis's clock.
+        base = self.epoch(time.time())
+        return [keys.limiter_bucket(self.name, base + step) for step in (-1, 0, 1)]
 
-    def _args(self, member: str) -> list[Any]:
-        return [int(self.limit), self.interval]
+    def _args(self, member: str, state: list[str]) -> list[Any]:
+        # The interval number the keys were built for: the middle key's suffix.
+        return [int(self.limit), self.interval, state[1].rpartition(":")[2]]
 
     def usage(self, conn: Conn, now: float) -> dict[str, Any]:
         raw = conn.call("GET", keys.limiter_bucket(self.name, self.epoch(now)))
@@ -162,7 +166,7 @@ class Leaky(_Periodic):
     def _keys(self) -> list[str]:
         return [keys.limiter_leaky(self.name)]
 
-    def _args(self, member: str) -> list[Any]:
+    def _args(self, member: str, state: list[str]) -> list[Any]:
         return [int(self.limit), repr(self.rate)]
 
     def options(self) -> dict[str, Any]:

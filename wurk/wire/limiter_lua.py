@@ -122,10 +122,13 @@ return {0, tostring(count), fmt(tonumber(oldest[2]) + interval - now)}
 
 # Bucket (fixed window): at most ARGV[6] admissions per interval of ARGV[7]
 # seconds, the intervals aligned to the epoch (floor(now / interval)); one
-# counter per interval, ``KEYS[1]:<epoch>``, that expires two intervals on.
-# The counter's key is built here from Redis's clock, so it is not declared
-# (fine on a single Redis or Sentinel; Redis Cluster would need it declared).
-# KEYS: counter prefix, meta, list. ARGV: head, limit, interval.
+# counter per interval, ``lmtr-b:<name>:<epoch>``, that expires two
+# intervals on. The caller declares the counters of the interval its own
+# clock is in (ARGV[8]) and of the one either side; the script takes the one
+# Redis's clock says. A caller whose clock is further off gets its counter
+# built here (undeclared: fine on one Redis or with Sentinel, as wurk runs).
+# KEYS: counters for ARGV[8] - 1, ARGV[8], ARGV[8] + 1, meta, list.
+# ARGV: head, limit, interval, the caller's interval number.
 BUCKET_ACQUIRE = Script("limiter_bucket_acquire", _check("string", """
 local limit = tonumber(ARGV[6])
 local raw = redis.call("get", KEYS[1])
@@ -145,7 +148,12 @@ return {0, tostring(count), fmt((epoch + 1) * interval - now)}
 """, prelude="""
 local interval = tonumber(ARGV[7])
 local epoch = math.floor(now / interval)
-KEYS[1] = KEYS[1] .. ":" .. string.format("%d", epoch)
+local offset = epoch - tonumber(ARGV[8])
+if offset >= -1 and offset <= 1 then
+  KEYS[1] = KEYS[offset + 2]
+else
+  KEYS[1] = string.gsub(KEYS[2], ":[-%d]+$", "") .. ":" .. string.format("%d", epoch)
+end
 """))
 
 # Leaky bucket: a level that drains continuously at ARGV[7] per second and
