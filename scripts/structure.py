@@ -20,6 +20,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("wurk.settings",),
     ("wurk.redis",),
     ("wurk.wire",),
+    ("wurk.limiter",),  # checks through wurk.redis and wurk.wire; metrics and the runtime use it
     ("wurk.observe",),
     ("wurk.push",),
     ("wurk.runtime",),
@@ -28,7 +29,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("wurk.cli", "wurk"),  # "wurk" is the package's __init__ only, not all of it
 ]
 # What supervisor/ may use of wurk: the runtime and everything below it.
-SUPERVISOR_MAY_USE = 6
+SUPERVISOR_MAY_USE = next(i for i, layer in enumerate(LAYERS) if "wurk.runtime" in layer)
 # Imports that break the order on purpose, each with its reason.
 ALLOWED_UPWARD: dict[tuple[str, str], str] = {
     ("wurk.settings.config", "wurk.redis.pools"):

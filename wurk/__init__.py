@@ -7,7 +7,8 @@ Define jobs with ``@wurk.job`` or ``wurk.Job``, enqueue them with
 
 from typing import TYPE_CHECKING, Any
 
-from wurk import old_paths
+from wurk import limiter, old_paths
+from wurk.limiter import OverLimit
 from wurk.push.buffered import PushBufferFullError
 from wurk.push.client import Client
 from wurk.push.confirmed import PushNotConfirmedError
@@ -32,6 +33,7 @@ __all__ = [
     "Job",
     "JobFunction",
     "Leader",
+    "OverLimit",
     "PeriodicError",
     "PushBufferFullError",
     "PushNotConfirmedError",
@@ -41,6 +43,7 @@ __all__ = [
     "default_config",
     "job",
     "leader",
+    "limiter",
     "periodic",
     "registry",
 ]

@@ -3,7 +3,8 @@
 ``wurk stats``, ``queues``, ``processes``, ``workers``, ``swarms``;
 ``wurk retries|dead|scheduled [list|retry|delete|clear]``; ``wurk pause``,
 ``unpause``, ``quiet``, ``stop``, ``restart``, ``dump``; ``wurk profile
-[list|show|save]``; ``wurk spool [list|push|discard]``. Every command is
+[list|show|save]``; ``wurk spool [list|push|discard]``; ``wurk limiters
+[list|reset]``. Every command is
 a thin layer over ``wurk.api`` (``spool`` over ``wurk.push.spool``): it builds
 one JSON-able payload, printed as is with ``--json`` (shapes
 documented in docs/reference/admin-cli.md, and stable) or rendered as aligned plain
@@ -27,7 +28,8 @@ Duties:
 Modules: ``registry`` (commands as data, the context they run with),
 ``output`` (tables and times), ``overview`` (the read-only commands),
 ``jobsets`` (the three sorted sets), ``control`` (pause and signals),
-``profiles`` (job profiles), ``spool`` (pushes spooled at exit).
+``profiles`` (job profiles), ``spool`` (pushes spooled at exit),
+``limiters`` (rate and concurrency limiters).
 
 Adding a command: write ``wurk/admin/<name>.py``
 with a ``COMMANDS`` tuple of :class:`AdminCommand` (name, help, a
@@ -45,7 +47,7 @@ from typing import Any, TextIO
 
 import redis.exceptions as rx
 
-from wurk.admin import control, jobsets, overview, periodic, profiles, spool
+from wurk.admin import control, jobsets, limiters, overview, periodic, profiles, spool
 from wurk.admin.registry import (
     AdminCommand,
     CommandError,
@@ -68,7 +70,8 @@ EX_CONFIG = 78
 MAX_ATTEMPTS = 2
 
 REGISTRY = Registry(*overview.COMMANDS, *jobsets.COMMANDS, *control.COMMANDS,
-                    *profiles.COMMANDS, *spool.COMMANDS, *periodic.COMMANDS)
+                    *profiles.COMMANDS, *spool.COMMANDS, *periodic.COMMANDS,
+                    *limiters.COMMANDS)
 
 # Failures that name what was missing or refused; their message is the whole story.
 NAMED_FAILURES = (CommandError, UnknownQueueError, UnknownProcessError, JobNotFoundError,

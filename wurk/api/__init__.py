@@ -16,6 +16,7 @@ Modules, one concern each:
 - ``workers``: :class:`Workers`, the jobs running now.
 - ``periodic``: :class:`PeriodicSet`: periodic entries, their next runs and
   last runs, pause and unpause.
+- ``limiters``: :class:`LimiterSet`, every registered limiter and its use.
 - ``errors``: the lookup and control errors callers catch.
 
 Apply-safety: every read is declared idempotent to the pool; every write
@@ -30,6 +31,7 @@ from wurk.api.errors import (
     UnknownProcessError,
     UnknownQueueError,
 )
+from wurk.api.limiters import LimiterInfo, LimiterSet, UnknownLimiterError
 from wurk.api.periodic import PeriodicInfo, PeriodicRun, PeriodicSet, UnknownPeriodicError
 from wurk.api.processes import Process, ProcessSet
 from wurk.api.queue import Queue
@@ -45,6 +47,8 @@ __all__ = [
     "JobKilledError",
     "JobNotFoundError",
     "JobRecord",
+    "LimiterInfo",
+    "LimiterSet",
     "PeriodicInfo",
     "PeriodicRun",
     "PeriodicSet",
@@ -59,6 +63,7 @@ __all__ = [
     "Stats",
     "SwarmProcess",
     "SwarmSet",
+    "UnknownLimiterError",
     "UnknownPeriodicError",
     "UnknownProcessError",
     "UnknownQueueError",

@@ -7,6 +7,8 @@ Duties:
    ``wurk.jobs.duration`` (ms), tagged with class and queue, in one datagram
    per job. While they are off the job path gains nothing: the processor
    wraps its run only when :func:`for_config` returns a :class:`Metrics`.
+   A job a limiter rescheduled counts as processed, not failed, and once in
+   ``wurk.jobs.overlimit`` (class and queue tags).
 3. Once per heartbeat: the gauges ``wurk.queue.latency`` (seconds, one per
    queue the process polls) and ``wurk.process.rss`` (bytes), the latter
    tagged with the swarm slot and index when there are any.
@@ -33,6 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from wurk.core.logging import get_logger
+from wurk.limiter.base import reschedulable
 from wurk.redis.pools import pool_for
 from wurk.settings.addresses import parse_metrics_url
 from wurk.wire import keys
@@ -50,6 +53,7 @@ RunJob = Callable[[dict[str, Any], str, E], "BaseException | None"]
 PROCESSED = "wurk.jobs.processed"
 FAILED = "wurk.jobs.failed"
 DURATION = "wurk.jobs.duration"
+OVER_LIMIT = "wurk.jobs.overlimit"
 QUEUE_LATENCY = "wurk.queue.latency"
 PROCESS_RSS = "wurk.process.rss"
 # DogStatsD's advice for UDP: stay under one Ethernet frame's payload.
@@ -170,6 +174,7 @@ class Totals:
     def reset(self) -> None:
         self._lock = threading.Lock()
         self.jobs: dict[tuple[str, str], list[float]] = {}  # [processed, failed, seconds]
+        self.over_limit: dict[tuple[str, str], int] = {}
         self.gauges: dict[tuple[str, Tags], float] = {}
 
     def job(self, cls: str, queue: str, seconds: float, failed: bool) -> None:
@@ -178,6 +183,10 @@ class Totals:
             row[0] += 1
             row[1] += failed
             row[2] += seconds
+
+    def count_over_limit(self, cls: str, queue: str) -> None:
+        with self._lock:
+            self.over_limit[(cls, queue)] = self.over_limit.get((cls, queue), 0) + 1
 
     def gauge(self, name: str, value: float, tags: Tags) -> None:
         with self._lock:
@@ -189,6 +198,8 @@ class Totals:
             jobs = sorted((_labels((("class", c), ("queue", q))), row)
                           for (c, q), row in self.jobs.items())
             gauges = sorted(self.gauges.items())
+            over = sorted((_labels((("class", c), ("queue", q))), n)
+                          for (c, q), n in self.over_limit.items())
         lines = _family("wurk_jobs_processed_total", "counter", "Jobs run, failed or not.",
                         [("", labels, int(row[0])) for labels, row in jobs])
         lines += _family("wurk_jobs_failed_total", "counter", "Jobs that raised.",
@@ -196,6 +207,9 @@ class Totals:
         lines += _family("wurk_jobs_duration_seconds", "summary", "Time spent running jobs.",
                          [(suffix, labels, value) for labels, row in jobs
                           for suffix, value in (("_sum", row[2]), ("_count", int(row[0])))])
+        lines += _family("wurk_jobs_overlimit_total", "counter",
+                         "Jobs rescheduled because a limiter refused them.",
+                         [("", labels, n) for labels, n in over])
         for name, (metric, help_text) in self.GAUGES.items():
             lines += _family(metric, "gauge", help_text,
                              [("", _labels(tags), value)
@@ -243,6 +257,14 @@ class Metrics:
         if self.totals is not None:
             self.totals.job(cls, queue, ms / 1000.0, failed)
 
+    def over_limit(self, cls: str, queue: str) -> None:
+        """One job rescheduled by a limiter (``wurk.runtime.overlimit``)."""
+        if self.sender is not None:
+            tags = (("class", cls), ("queue", queue))
+            self.sender.send(self._line(OVER_LIMIT, 1, "c", tags).encode())
+        if self.totals is not None:
+            self.totals.count_over_limit(cls, queue)
+
     def gauges(self, values: Sequence[Gauge]) -> None:
         if self.sender is not None:
             for packet in packets([self._line(n, v, "g", t) for n, v, t in values]):
@@ -261,8 +283,8 @@ class Metrics:
             started = time.perf_counter()
             failure = run(job, queue, entry)
             try:
-                self.job(job_class(job), queue, (time.perf_counter() - started) * 1000.0,
-                         failure is not None)
+                failed = failure is not None and not reschedulable(failure, job)
+                self.job(job_class(job), queue, (time.perf_counter() - started) * 1000.0, failed)
             except BaseException as exc:  # noqa: BLE001 - a metrics bug must not touch the job
                 log.warning("metrics.job_failed", error=f"{type(exc).__name__}: {exc}")
             return failure
@@ -305,7 +327,6 @@ def reset() -> None:
     _instances_lock = threading.Lock()
     for metrics in list(_instances.values()):
         metrics.reset()
-
 
 
 def beat_reporter(config: Config, queues: Sequence[str],

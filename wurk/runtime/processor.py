@@ -19,7 +19,9 @@ Duties, in order, for each job:
    entry are one atomic step (``wurk.runtime.settle``), retried with backoff through
    Redis trouble, so a failure is never followed by an acknowledgement that
    could delete a later copy, and a job whose failure cannot be written yet
-   stays in its private list instead of vanishing. A failure that cannot
+   stays in its private list instead of vanishing. A job a limiter refused
+   (``OverLimit``) is rescheduled the same way, spending no retry
+   (``wurk.runtime.overlimit``). A failure that cannot
    even be serialised sends the raw payload to ``dead``, with the reason
    logged.
 5. Drop this execution's outcome when the launcher already pushed the job
@@ -42,9 +44,10 @@ from typing import TYPE_CHECKING, Any
 from wurk.core import logging as wlog
 from wurk.core.logging import get_logger
 from wurk.core.threads import describe
+from wurk.limiter.base import reschedulable
 from wurk.observe import metrics, profiler
 from wurk.push.job import Registered, Registry, UnknownJobError
-from wurk.runtime import middleware, settle
+from wurk.runtime import middleware, overlimit, settle
 from wurk.runtime.retry import RetryHandler
 from wurk.runtime.work import Settlement
 from wurk.wire.payload import PayloadError, loads_job
@@ -117,6 +120,8 @@ class Processor:
             middleware.invoke(self.config.server_middleware, job, queue,
                               lambda: perform(*job["args"]))
         except BaseException as exc:
+            if reschedulable(exc, job):
+                return exc  # not a failure: _rescheduled logs it as job.over_limit
             # The traceback goes with the line: JSON's "exception" field, or
             # a readable traceback on a terminal (or in the app's logging).
             log.warning("job.fail", elapsed=round(time.perf_counter() - started, 6),
@@ -136,6 +141,8 @@ class Processor:
                 entry: Registered | None) -> None:
         if self.in_flight.abandoned(slot):
             return  # as above; the slot stays recorded while the failure settles
+        if self._rescheduled(job, work, slot, exc):
+            return
         self.counters.record(failed=True)
         for handler in self.config.error_handlers:
             try:
@@ -151,6 +158,22 @@ class Processor:
         if self._settle(work, slot, _jid(job), settlement):
             log.info(f"job.{settlement.outcome}", jid=_jid(job), queue=work.queue,
                      retry_count=job.get("retry_count"))
+
+    def _rescheduled(self, job: dict[str, Any], work: UnitOfWork, slot: str,
+                     exc: BaseException) -> bool:
+        """Over a limit: back to ``schedule`` with no retry spent (``wurk.runtime.overlimit``)."""
+        try:
+            settlement = overlimit.plan(self.config, job, work.queue, exc, rng=self.retry.rng)
+        except BaseException as unwritable:  # noqa: BLE001 - fails as an ordinary error instead
+            log.error("limiter.unreschedulable", jid=_jid(job), error=describe(unwritable))
+            return False
+        if settlement is None:
+            return False
+        self.counters.record(failed=False)
+        if self._settle(work, slot, _jid(job), settlement):
+            log.info("job.over_limit", jid=_jid(job), queue=work.queue,
+                     overrated=job["overrated"], at=round(settlement.at, 3))
+        return True
 
     def _malformed(self, work: UnitOfWork, slot: str, reason: str) -> None:
         log.error("job.malformed", queue=work.queue, error=reason,

@@ -7,8 +7,8 @@ later copy of the job.
 
 Duties:
 1. A :class:`~wurk.runtime.work.Settlement` says where a failed job goes: a retry entry, a dead
-   entry, or nowhere (dropped by ``retry: false``, ``dead: false`` or a
-   discard).
+   entry, a schedule entry (a job a limiter refused, ``wurk.runtime.overlimit``), or
+   nowhere (dropped by ``retry: false``, ``dead: false`` or a discard).
 2. :func:`write` runs the script once: it removes the copy this run claimed
    (if the fetch keeps private lists) and, only if that copy was still
    there, writes the entry. Replaying it cannot write twice.
@@ -38,15 +38,17 @@ if TYPE_CHECKING:
     from wurk.settings.config import Config
 
 log = get_logger("wurk.settle")
+_TARGETS = {"schedule": keys.SCHEDULE, "dead": keys.DEAD}
 
 
 def write(config: Config, settlement: Settlement, private_list: str = "", claimed: bytes = b"",
           pill: str = "") -> bool:
     """Run SETTLE once; False if the ``claimed`` copy was no longer in ``private_list``."""
-    mode = {"retry": "retry", "dead": "dead"}.get(settlement.outcome, "drop")
+    # A job rescheduled by a limiter ("schedule") is written as a retry is, to another set.
+    mode = {"retry": "retry", "schedule": "retry", "dead": "dead"}.get(settlement.outcome, "drop")
     if mode == "drop" and not private_list:
         return True  # nothing to remove and nothing to write
-    target = keys.RETRY if mode == "retry" else keys.DEAD
+    target = _TARGETS.get(settlement.outcome, keys.RETRY)
     args: list[Any] = [private_list, claimed, pill, mode, score(settlement.at),
                        settlement.entry, score(settlement.at - config.dead_timeout),
                        config.dead_max_jobs]

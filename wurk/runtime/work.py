@@ -39,7 +39,7 @@ class Fetch(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Settlement:
-    outcome: str  # "retry", "dead" or "dropped"
+    outcome: str  # "retry", "dead", "schedule" (over a limit) or "dropped"
     entry: str | bytes = ""
     at: float = 0.0  # the retry time, or the moment of death
 

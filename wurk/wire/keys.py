@@ -134,3 +134,39 @@ def loop_history(name: str) -> str:
 def tick_guard(name: str, tick: int) -> str:
     """Taken (SET NX) by the one process that enqueues this tick."""
     return f"wurk:periodic-tick:{name}:{tick}"
+# Limiters (wurk.limiter): the names Sidekiq Enterprise's limiters use, as
+# the Ruby ancestor documents them, so one Redis serves both.
+LIMITER_LIST = "lmtr-list"
+# Every limiter key lives at least this long after its last use (90 days).
+LIMITER_TTL = 90 * 86_400
+
+
+def limiter_meta(name: str) -> str:
+    """A limiter's HASH of ``type`` and ``options`` (JSON)."""
+    return f"lmtr:{name}"
+
+
+def limiter_concurrent(name: str) -> str:
+    """A concurrent limiter's ZSET of holders, scored by their lease's expiry."""
+    return f"lmtr-cs:{name}"
+
+
+def limiter_stats(name: str) -> str:
+    """A concurrent limiter's HASH of counters (``reclaimed``, ``overages``)."""
+    return f"lmtr-stats:{name}"
+
+
+def limiter_window(name: str) -> str:
+    """A window limiter's ZSET of admissions, scored by their time."""
+    return f"lmtr-w:{name}"
+
+
+def limiter_bucket(name: str, epoch: int | None = None) -> str:
+    """A bucket limiter's counter for one interval (``epoch`` = time // interval),
+    or, without an epoch, the prefix the Lua script completes."""
+    return f"lmtr-b:{name}" if epoch is None else f"lmtr-b:{name}:{epoch}"
+
+
+def limiter_leaky(name: str) -> str:
+    """A leaky bucket's HASH of ``level`` and ``last``."""
+    return f"lmtr-l:{name}"
