@@ -173,9 +173,9 @@ class Client:
         """Run the client middleware (if any) on a normalised payload: None when
         one stopped the push, else the payload checked again as a push would be."""
         chain = self.config.client_middleware
-        if not chain:
-            return prepared
         payload, run_at = prepared
+        if not middleware.wanted(chain, payload):
+            return prepared
         if run_at is not None:
             payload["at"] = run_at  # as Sidekiq's middleware sees a scheduled job
         if not middleware.invoke(chain, payload, self.pool):

@@ -12,7 +12,10 @@ of it is written. This is the shape of the server chain
 in here rather than special-casing the client.
 
 Duties:
-1. Run ``config.client_middleware`` around one payload, first one outermost.
+1. Run ``config.client_middleware`` around one payload, first one outermost,
+   then wurk's built-in middleware, each only for a payload that carries its
+   field when the application's chain is done with it (unique jobs' lock,
+   on ``unique_for``): a push without such a field pays a dict lookup.
 2. Say whether the push goes ahead: only when every middleware called
    ``call_next()``, down to the end of the chain.
 """
@@ -22,7 +25,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from wurk.push import unique
 from wurk.settings.hooks import ClientMiddleware
+from wurk.wire.unique import FOR as UNIQUE_FOR
+
+# (payload field, middleware): run innermost, after the application's chain,
+# so the lock is taken on the arguments as they will be written.
+BUILT_IN: tuple[tuple[str, ClientMiddleware], ...] = ((UNIQUE_FOR, unique.lock),)
+
+
+def wanted(chain: Sequence[ClientMiddleware], payload: dict[str, Any]) -> bool:
+    """Whether a push needs the chain: middleware configured, or a built-in's field."""
+    if chain:
+        return True
+    return any(name in payload for name, _ in BUILT_IN)
 
 
 def invoke(chain: Sequence[ClientMiddleware], payload: dict[str, Any], redis: Any) -> bool:
@@ -31,11 +47,19 @@ def invoke(chain: Sequence[ClientMiddleware], payload: dict[str, Any], redis: An
 
     def step(index: int) -> None:
         nonlocal reached_end
-        if index == len(chain):
-            reached_end = True
-            return
-        chain[index](str(payload.get("class")), payload, str(payload.get("queue")), redis,
-                     lambda: step(index + 1))
+        if index < len(chain):
+            mw = chain[index]
+        else:
+            # A built-in runs only if its field is there once the chain has run.
+            while index - len(chain) < len(BUILT_IN) and \
+                    BUILT_IN[index - len(chain)][0] not in payload:
+                index += 1
+            if index - len(chain) == len(BUILT_IN):
+                reached_end = True
+                return
+            mw = BUILT_IN[index - len(chain)][1]
+        mw(str(payload.get("class")), payload, str(payload.get("queue")), redis,
+           lambda: step(index + 1))
 
     step(0)
     return reached_end

@@ -22,7 +22,9 @@ Duties, in order, for each job:
    stays in its private list instead of vanishing. A failure that cannot
    even be serialised sends the raw payload to ``dead``, with the reason
    logged.
-5. Drop this execution's outcome when the launcher already pushed the job
+5. Tell :mod:`wurk.runtime.unique` when a unique job starts and how it
+   ended, so its lock goes when its ``unique_until`` says.
+6. Drop this execution's outcome when the launcher already pushed the job
    back to Redis during a hard stop (the job runs again, which the
    at-least-once contract allows), and stop retrying a settle once a hard
    stop abandons the job (its copy stays for the stop's release or the
@@ -44,7 +46,7 @@ from wurk.core.logging import get_logger
 from wurk.core.threads import describe
 from wurk.observe import metrics, profiler
 from wurk.push.job import Registered, Registry, UnknownJobError
-from wurk.runtime import middleware, settle
+from wurk.runtime import middleware, settle, unique
 from wurk.runtime.retry import RetryHandler
 from wurk.runtime.work import Settlement
 from wurk.wire.payload import PayloadError, loads_job
@@ -84,6 +86,7 @@ class Processor:
         # Anything raised past here is a bug of ours, not the job's: the slot
         # stays recorded, and the manager's guard gives its job back.
         entry = self.registry.find(job["class"])
+        unique.started(self.config, job)
         failure = self._execute(job, work.queue, entry)
         if failure is None:
             self._succeeded(job, work, slot)
@@ -131,6 +134,7 @@ class Processor:
             return  # requeued by a hard stop: not ours to settle any more
         self.counters.record(failed=False)
         self.fetch.acknowledge(work, _jid(job))
+        unique.finished(self.config, job, "success")
 
     def _failed(self, job: dict[str, Any], work: UnitOfWork, slot: str, exc: BaseException,
                 entry: Registered | None) -> None:
@@ -151,6 +155,7 @@ class Processor:
         if self._settle(work, slot, _jid(job), settlement):
             log.info(f"job.{settlement.outcome}", jid=_jid(job), queue=work.queue,
                      retry_count=job.get("retry_count"))
+            unique.finished(self.config, job, settlement.outcome)
 
     def _malformed(self, work: UnitOfWork, slot: str, reason: str) -> None:
         log.error("job.malformed", queue=work.queue, error=reason,

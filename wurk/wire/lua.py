@@ -350,3 +350,36 @@ end
 return pushed
 """,
 )
+
+
+# Take a unique job's lock (wurk.push.unique), Sidekiq Enterprise's
+# ``unique:<digest>`` string holding the jid. Granted when the key is free or
+# already held by this jid (a job pushed again: the classic poller promoting
+# it). Otherwise returns the holder ("" when the key is not a string): a lock
+# found without a TTL (garbage, or set by hand) gets this push's, so nothing
+# blocks a job for ever.
+# KEYS: the lock. ARGV: jid, TTL in milliseconds.
+UNIQUE_LOCK = Script(
+    "unique_lock",
+    """
+if redis.call("set", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then return 1 end
+local holder = ""
+if redis.call("type", KEYS[1]).ok == "string" then holder = redis.call("get", KEYS[1]) end
+if holder == ARGV[1] then return 1 end
+if redis.call("pttl", KEYS[1]) == -1 then redis.call("pexpire", KEYS[1], ARGV[2]) end
+return holder
+""",
+)
+
+# Release a unique job's lock only if it still holds this jid: after the lock
+# expired, a duplicate may hold the key, and that lock is not ours to drop.
+# KEYS: the lock. ARGV: jid. Returns 1 when released.
+UNIQUE_RELEASE = Script(
+    "unique_release",
+    """
+if redis.call("type", KEYS[1]).ok == "string" and redis.call("get", KEYS[1]) == ARGV[1] then
+  return redis.call("del", KEYS[1])
+end
+return 0
+""",
+)
