@@ -106,12 +106,13 @@ def ttl_ms(payload: Mapping[str, Any], now: float) -> int:
 def lock(job_class: str, payload: dict[str, Any], queue: str, redis: Any,
          call_next: Callable[[], Any]) -> None:
     """The client middleware: go on only when this push holds the lock."""
-    if payload.get(unique.FOR) in (None, False):
+    ttl = payload.get(unique.FOR)
+    if ttl is None or ttl is False:
         call_next()  # Sidekiq Enterprise's way to push one job without a lock
         return
     if not unique.is_unique(payload):
         raise TypeError(f"unique_for must be a positive finite number of seconds, got "
-                        f"{payload.get(unique.FOR)!r}; nothing was pushed")
+                        f"{ttl!r}; nothing was pushed")
     key = key_for(payload)
     payload[unique.LOCK] = key
     jid = str(payload["jid"])
