@@ -252,3 +252,39 @@ def test_lock_of_reads_untrusted_payloads() -> None:
     assert unique.until_of({"unique_until": ["start"]}) == "success"
     assert [unique.is_unique({"unique_for": v}) for v in (1, 0.5, 0, -1, True, "1", math.inf)] \
         == [True, True, False, False, False, False, False]
+
+
+# -- a push that took its lock but was not written -----------------------------
+def test_a_push_whose_write_fails_gives_its_lock_back(
+        config: Config, r: redis.Redis, define: Define, monkeypatch: pytest.MonkeyPatch) -> None:
+    job = define(lambda a: None, unique_for=30)
+    client = Client(config, buffered=False)
+
+    def refused(*args: Any, **kwargs: Any) -> None:
+        raise redis.ConnectionError("the write was lost")
+
+    monkeypatch.setattr(client, "_write_mixed", refused)
+    enqueuer = job.set(client=client)
+    with pytest.raises(redis.ConnectionError):
+        enqueuer.perform_async(1)
+    with pytest.raises(redis.ConnectionError):
+        enqueuer.perform_bulk([[1], [2]])
+    assert locks(r) == []
+    monkeypatch.undo()
+    assert enqueuer.perform_async(1) is not None  # not refused as its own duplicate
+
+
+def test_a_bulk_batch_a_later_job_fails_in_gives_back_the_earlier_locks(
+        config: Config, r: redis.Redis, define: Define) -> None:
+    def picky(job_class: str, payload: dict[str, Any], queue: str, pool: Any,
+              call_next: Callable[[], Any]) -> None:
+        if payload["args"] == [3]:
+            raise ValueError("not three")
+        call_next()
+
+    config.client_middleware.append(picky)
+    job = define(lambda a: None, unique_for=30)
+    with pytest.raises(ValueError, match="not three"):
+        job.perform_bulk([[1], [2], [3]])
+    assert locks(r) == [] and nothing_written(r)
+    assert len(job.perform_bulk([[1], [2]])) == 2

@@ -18,27 +18,44 @@ Duties:
    on ``unique_for``): a push without such a field pays a dict lookup.
 2. Say whether the push goes ahead: only when every middleware called
    ``call_next()``, down to the end of the chain.
+3. ``unwritten``: when payloads that went through the chain are not written
+   after all (the write raised, or a later job of the same bulk batch did),
+   let each built-in give back what it took for them (the unique lock), so
+   a push the caller tries again is not refused as its own duplicate.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from wurk.core.logging import get_logger
+from wurk.core.threads import describe
 from wurk.push import unique
 from wurk.settings.hooks import ClientMiddleware
 from wurk.wire.unique import FOR as UNIQUE_FOR
 
-# (payload field, middleware): run innermost, after the application's chain,
-# so the lock is taken on the arguments as they will be written.
-BUILT_IN: tuple[tuple[str, ClientMiddleware], ...] = ((UNIQUE_FOR, unique.lock),)
+log = get_logger("wurk.client")
+
+
+@dataclass(frozen=True)
+class BuiltIn:
+    field: str  # runs only for a payload carrying this field
+    run: ClientMiddleware
+    give_back: Callable[[dict[str, Any], Any], object]
+
+
+# Run innermost, after the application's chain, so the lock is taken on the
+# arguments as they will be written, just before the write.
+BUILT_IN: tuple[BuiltIn, ...] = (BuiltIn(UNIQUE_FOR, unique.lock, unique.unlock),)
 
 
 def wanted(chain: Sequence[ClientMiddleware], payload: dict[str, Any]) -> bool:
     """Whether a push needs the chain: middleware configured, or a built-in's field."""
     if chain:
         return True
-    return any(name in payload for name, _ in BUILT_IN)
+    return any(b.field in payload for b in BUILT_IN)
 
 
 def invoke(chain: Sequence[ClientMiddleware], payload: dict[str, Any], redis: Any) -> bool:
@@ -52,14 +69,28 @@ def invoke(chain: Sequence[ClientMiddleware], payload: dict[str, Any], redis: An
         else:
             # A built-in runs only if its field is there once the chain has run.
             while index - len(chain) < len(BUILT_IN) and \
-                    BUILT_IN[index - len(chain)][0] not in payload:
+                    BUILT_IN[index - len(chain)].field not in payload:
                 index += 1
             if index - len(chain) == len(BUILT_IN):
                 reached_end = True
                 return
-            mw = BUILT_IN[index - len(chain)][1]
+            mw = BUILT_IN[index - len(chain)].run
         mw(str(payload.get("class")), payload, str(payload.get("queue")), redis,
            lambda: step(index + 1))
 
     step(0)
     return reached_end
+
+
+def unwritten(payloads: Iterable[dict[str, Any]], redis: Any) -> None:
+    """Give back what built-ins took for payloads that were not written. Raises nothing:
+    the caller is already raising the reason the push failed."""
+    for payload in payloads:
+        for built_in in BUILT_IN:
+            if built_in.field not in payload:
+                continue
+            try:
+                built_in.give_back(payload, redis)
+            except Exception as exc:  # noqa: BLE001 - what was taken expires on its own
+                log.warning("client.give_back_failed", jid=payload.get("jid"),
+                            field=built_in.field, error=describe(exc))

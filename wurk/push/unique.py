@@ -20,6 +20,8 @@ Duties:
    from the time the job is due to run, or stops the push when another jid
    holds it. A key function that raises or returns a non-string fails the
    push with nothing written.
+4. ``unlock``: the compare-and-delete release, for the worker and for a push
+   that took its lock but was not written.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from typing import Any
 
 from wurk.core.logging import get_logger
 from wurk.wire import unique
-from wurk.wire.lua import UNIQUE_LOCK
+from wurk.wire.lua import UNIQUE_LOCK, UNIQUE_RELEASE
 
 log = get_logger("wurk.unique")
 KeyFunction = Callable[[list[Any]], str]
@@ -125,3 +127,12 @@ def lock(job_class: str, payload: dict[str, Any], queue: str, redis: Any,
     holder = granted.decode("utf-8", "replace") if isinstance(granted, bytes) else str(granted)
     log.info("unique.duplicate", job_class=job_class, jid=jid, queue=queue, lock=key,
              holder=holder[:64])
+
+
+def unlock(payload: Mapping[str, Any], redis: Any) -> bool:
+    """Drop the payload's recorded lock if it still holds the payload's jid."""
+    key, jid = payload.get(unique.LOCK), payload.get("jid")
+    if not isinstance(key, str) or not isinstance(jid, str):
+        return False
+    done = redis.run(lambda c: UNIQUE_RELEASE.run(c, [key], [jid]), idempotent=True)
+    return bool(done == 1)

@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, Any
 
 from wurk.core.logging import get_logger
 from wurk.core.threads import describe
+from wurk.push.unique import unlock
 from wurk.redis.pools import pool_for
 from wurk.wire import unique
-from wurk.wire.lua import UNIQUE_RELEASE
 
 if TYPE_CHECKING:
     from wurk.settings.config import Config
@@ -60,13 +60,11 @@ def finished(config: Config, job: dict[str, Any], outcome: str) -> None:
 
 def release(config: Config, job: dict[str, Any]) -> bool:
     """Drop the job's lock if it still holds the job's jid; True when it did."""
-    key, jid = unique.lock_of(job), job.get("jid")
-    if key is None or not isinstance(jid, str):
+    key = unique.lock_of(job)
+    if key is None:
         return False
     try:
-        done = pool_for(config).run(lambda c: UNIQUE_RELEASE.run(c, [key], [jid]),
-                                    idempotent=True)
+        return unlock({unique.LOCK: key, "jid": job.get("jid")}, pool_for(config))
     except Exception as exc:  # noqa: BLE001 - the lock's TTL ends it anyway
-        log.warning("unique.release_failed", jid=jid, lock=key, error=describe(exc))
+        log.warning("unique.release_failed", jid=job.get("jid"), lock=key, error=describe(exc))
         return False
-    return bool(done == 1)
