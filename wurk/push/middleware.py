@@ -49,13 +49,17 @@ class BuiltIn:
 # Run innermost, after the application's chain, so the lock is taken on the
 # arguments as they will be written, just before the write.
 BUILT_IN: tuple[BuiltIn, ...] = (BuiltIn(UNIQUE_FOR, unique.lock, unique.unlock),)
+_FIELDS = tuple(b.field for b in BUILT_IN)
 
 
 def wanted(chain: Sequence[ClientMiddleware], payload: dict[str, Any]) -> bool:
     """Whether a push needs the chain: middleware configured, or a built-in's field."""
     if chain:
         return True
-    return any(b.field in payload for b in BUILT_IN)
+    for name in _FIELDS:  # one dict lookup per built-in: the whole cost of an unused one
+        if name in payload:
+            return True
+    return False
 
 
 def invoke(chain: Sequence[ClientMiddleware], payload: dict[str, Any], redis: Any) -> bool:
