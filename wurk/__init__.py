@@ -9,6 +9,7 @@ from wurk.push.buffered import PushBufferFullError
 from wurk.push.client import Client
 from wurk.push.confirmed import PushNotConfirmedError
 from wurk.push.job import Job, JobFunction, UnknownJobError, job, registry
+from wurk.push.unique import UniqueKeyError
 from wurk.runtime import forking  # noqa: F401 - registers the after-fork resets
 from wurk.settings.config import Config, ConfigError, configure, default_config
 from wurk.version import __version__
@@ -26,6 +27,7 @@ __all__ = [
     "JobFunction",
     "PushBufferFullError",
     "PushNotConfirmedError",
+    "UniqueKeyError",
     "UnknownJobError",
     "__version__",
     "configure",
