@@ -27,7 +27,8 @@ Duties:
 Modules: ``registry`` (commands as data, the context they run with),
 ``output`` (tables and times), ``overview`` (the read-only commands),
 ``jobsets`` (the three sorted sets), ``control`` (pause and signals),
-``profiles`` (job profiles), ``spool`` (pushes spooled at exit).
+``profiles`` (job profiles), ``spool`` (pushes spooled at exit),
+``unique`` (the locks of unique jobs).
 
 Adding a command: write ``wurk/admin/<name>.py``
 with a ``COMMANDS`` tuple of :class:`AdminCommand` (name, help, a
@@ -45,7 +46,7 @@ from typing import Any, TextIO
 
 import redis.exceptions as rx
 
-from wurk.admin import control, jobsets, overview, profiles, spool
+from wurk.admin import control, jobsets, overview, profiles, spool, unique
 from wurk.admin.registry import (
     AdminCommand,
     CommandError,
@@ -68,7 +69,7 @@ EX_CONFIG = 78
 MAX_ATTEMPTS = 2
 
 REGISTRY = Registry(*overview.COMMANDS, *jobsets.COMMANDS, *control.COMMANDS,
-                    *profiles.COMMANDS, *spool.COMMANDS)
+                    *profiles.COMMANDS, *spool.COMMANDS, *unique.COMMANDS)
 
 # Failures that name what was missing or refused; their message is the whole story.
 NAMED_FAILURES = (CommandError, UnknownQueueError, UnknownProcessError, JobNotFoundError,

@@ -14,6 +14,7 @@ Modules, one concern each:
 - ``swarms``: :class:`SwarmSet`, :class:`SwarmProcess`: live ``wurk-swarm``
   parents and remote control of a whole swarm.
 - ``workers``: :class:`Workers`, the jobs running now.
+- ``unique``: :class:`UniqueLocks`, the locks of unique jobs.
 - ``errors``: the lookup and control errors callers catch.
 
 Apply-safety: every read is declared idempotent to the pool; every write
@@ -34,6 +35,7 @@ from wurk.api.records import JobRecord
 from wurk.api.sorted_sets import DeadSet, RetrySet, ScheduledSet, SortedSet
 from wurk.api.stats import History, Stats
 from wurk.api.swarms import SwarmProcess, SwarmSet, UnknownSwarmError
+from wurk.api.unique import UniqueLock, UniqueLocks
 from wurk.api.workers import Work, WorkEntry, Workers
 
 __all__ = [
@@ -53,6 +55,8 @@ __all__ = [
     "Stats",
     "SwarmProcess",
     "SwarmSet",
+    "UniqueLock",
+    "UniqueLocks",
     "UnknownProcessError",
     "UnknownQueueError",
     "UnknownSwarmError",
