@@ -37,10 +37,10 @@ def nothing_written(r: redis.Redis) -> bool:
 
 
 # -- options -----------------------------------------------------------------
-@pytest.mark.parametrize("bad", [0, -1, math.nan, math.inf, "60", True, [60]])
+@pytest.mark.parametrize("bad", [0, -1, math.nan, math.inf, "60", True, [60], 1e10])
 def test_unique_for_must_be_a_positive_finite_number(bad: Any, config: Config,
                                                      r: redis.Redis) -> None:
-    with pytest.raises(TypeError, match="unique_for must be a positive finite number"):
+    with pytest.raises(TypeError, match="unique_for must be a"):
         wurk.job(name="u_bad", unique_for=bad)
     with pytest.raises(TypeError, match="unique_for"):
         type("Bad", (wurk.Job,), {"perform": lambda self: None}, unique_for=bad)
@@ -239,6 +239,15 @@ def test_a_garbage_lock_blocks_only_until_it_expires(
     assert 0 < r.pttl(key) <= 2000  # a lock without a TTL gets the pusher's
     r.delete(key)
     assert job.perform_async(1) is not None
+
+
+def test_a_raw_push_with_a_huge_unique_for_or_a_far_off_time_still_locks(
+        config: Config, r: redis.Redis) -> None:
+    client = Client(config)
+    assert client.push({"class": "Huge", "args": [1], "unique_for": 1e300}) is not None
+    assert client.push({"class": "Huge", "args": [1], "unique_for": 1e300}) is None
+    assert client.push({"class": "Huge", "args": [2], "unique_for": 5, "at": 1e15}) is not None
+    assert 0 < r.pttl(lock_key("Huge", "default", [1])) <= 10**15
 
 
 def test_lock_of_reads_untrusted_payloads() -> None:

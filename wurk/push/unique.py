@@ -64,6 +64,9 @@ def _seconds(value: Any) -> int | float | None:
             or not (0 < value < math.inf):
         raise TypeError(f"unique_for must be a positive finite number of seconds "
                         f"(or None for no lock), got {value!r}")
+    if value > unique.MAX_SECONDS:
+        raise TypeError(f"unique_for must be at most {unique.MAX_SECONDS:.0e} seconds, "
+                        f"got {value!r}")
     return value
 
 
@@ -97,12 +100,13 @@ def key_for(payload: Mapping[str, Any]) -> str:
 
 def ttl_ms(payload: Mapping[str, Any], now: float) -> int:
     """``unique_for``, counted from when the job is due (Sidekiq Enterprise adds
-    a scheduled job's wait), in whole milliseconds, at least one."""
+    a scheduled job's wait), in whole milliseconds: at least one, at most
+    MAX_TTL_MS (a raw payload's huge ``unique_for`` or far-off ``at``)."""
     seconds = float(payload[unique.FOR])
     at = payload.get("at")
     if isinstance(at, int | float) and not isinstance(at, bool) and at > now:
         seconds += at - now
-    return max(1, math.ceil(seconds * 1000))
+    return min(unique.MAX_TTL_MS, max(1, math.ceil(seconds * 1000)))
 
 
 def lock(job_class: str, payload: dict[str, Any], queue: str, redis: Any,

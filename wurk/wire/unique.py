@@ -33,6 +33,11 @@ PREFIX = "unique:"
 FOR, UNTIL, LOCK = "unique_for", "unique_until", "unique_lock"
 SUCCESS, START, EXPIRY = "success", "start", "expiry"
 UNTIL_VALUES = (SUCCESS, START, EXPIRY)
+# The longest unique_for an option takes (about 31 years), and the longest TTL
+# a push sets (a far-off scheduled time added): Redis refuses PX values that
+# overflow its clock, and no lock should outlive the application anyway.
+MAX_SECONDS = 1e9
+MAX_TTL_MS = 10**15
 _LOCK_KEY = re.compile(r"unique:[0-9a-f]{64}")
 
 
