@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 import redis
+import swarms
 from cli_workers import Worker
 from conftest import RedisServer
+from swarms import slot
 from waiting import wait_for
 
 from wurk.push.client import Client
@@ -24,6 +26,7 @@ from wurk.wire import keys
 from wurk.wire.unique import lock_key
 
 REPO = Path(__file__).resolve().parent.parent
+launch = swarms.launch
 
 JOBS_MODULE = textwrap.dedent("""
     import os
@@ -123,3 +126,25 @@ def test_without_recovery_the_lock_expires_after_unique_for(
     wait_for(lambda: r.llen("u:ran") == 2 or not second.alive(), timeout=15)
     assert second.alive(), second.stderr()
     assert r.get(key) == "a-later-duplicates-jid"
+
+
+def test_a_swarm_child_killed_mid_job_hands_the_job_back_still_holding_its_lock(
+        r: redis.Redis, config: Config, launch: swarms.Launch) -> None:
+    swarm = launch(slot("alpha", concurrency=1, queues=["uq"]), layout={"alpha": 1})
+    victim = swarm.wait_ready()[("alpha", 0)]["pid"]
+    client = Client(config)
+    item = {"class": "slow_incr", "args": ["u:count", 2], "queue": "uq", "unique_for": 60}
+    jid = client.push(item)
+    key = lock_key("slow_incr", "uq", ["u:count", 2])
+    wait_for(lambda: r.llen("started") == 1)
+    os.kill(victim, signal.SIGKILL)
+    swarm.wait_ready(not_pids={victim})
+    # The parent recovered the killed child's job: it runs again, holding the lock.
+    wait_for(lambda: r.llen("started") == 2, timeout=15)
+    assert r.get(key) == jid
+    assert client.push(item) is None
+    wait_for(lambda: r.get("u:count") == "1", timeout=15)
+    wait_for(lambda: not r.exists(key))
+    assert client.push(item) is not None
+    swarm.send(signal.SIGTERM)
+    assert swarm.wait_exit() == 0
