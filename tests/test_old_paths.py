@@ -48,7 +48,8 @@ def test_the_public_names_did_not_move() -> None:
 
     assert sorted(wurk.__all__) == [
         "ArgumentError", "Client", "Config", "ConfigError", "Job", "JobFunction",
-        "PushBufferFullError", "PushNotConfirmedError", "UnknownJobError", "__version__",
+        "PushBufferFullError", "PushNotConfirmedError", "UniqueKeyError", "UnknownJobError",
+        "__version__",
         "configure", "default_config", "job", "registry"]
     # wurk.job is the decorator, not the module that defines it.
     assert callable(wurk.job) and wurk.job.__module__ == "wurk.push.job"

@@ -63,7 +63,7 @@ def lock_of(job: Mapping[str, Any]) -> str | None:
         return None
     try:
         return lock_key(cls, queue, job.get("args"))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):
         return None
 
 
