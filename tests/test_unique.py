@@ -297,3 +297,29 @@ def test_a_bulk_batch_a_later_job_fails_in_gives_back_the_earlier_locks(
         job.perform_bulk([[1], [2], [3]])
     assert locks(r) == [] and nothing_written(r)
     assert len(job.perform_bulk([[1], [2]])) == 2
+
+
+# -- Redis trouble -------------------------------------------------------------
+def test_a_lost_reply_to_the_lock_is_replayed_and_granted_to_the_same_push(
+        proxy: Any, r: redis.Redis) -> None:
+    config = Config(redis_url=f"redis://127.0.0.1:{proxy.port}/0", log_level="warning")
+    client = Client(config, buffered=False, drain_spool=False)
+    assert client.push({"class": "Warm", "args": []})  # the connection, warmed up
+    proxy.drop_next_reply()  # the lock script ran; its reply is lost
+    jid = client.push({"class": "Lossy", "args": [1], "unique_for": 30})
+    assert jid is not None and r.get(lock_key("Lossy", "default", [1])) == jid
+    assert [p["jid"] for p in queued(r) if p["class"] == "Lossy"] == [jid]
+    assert client.push({"class": "Lossy", "args": [1], "unique_for": 30}) is None
+
+
+def test_with_redis_unreachable_a_unique_push_raises_and_writes_nothing(
+        proxy: Any, r: redis.Redis) -> None:
+    config = Config(redis_url=f"redis://127.0.0.1:{proxy.port}/0", log_level="warning",
+                    redis_retry_attempts=1)
+    client = Client(config, drain_spool=False)  # buffered: a plain push would wait
+    proxy.refuse()
+    with pytest.raises(redis.ConnectionError):
+        client.push({"class": "Down", "args": [1], "unique_for": 30})
+    proxy.heal()
+    assert nothing_written(r)
+    assert client.push({"class": "Down", "args": [1], "unique_for": 30}) is not None
