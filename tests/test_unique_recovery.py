@@ -111,13 +111,15 @@ def test_without_recovery_the_lock_expires_after_unique_for(
         r: redis.Redis, config: Config, spawn: Callable[[], Worker]) -> None:
     client = Client(config)
     r.set("u:hang", 1)
-    jid = push(client, "b", unique_for=2)
-    identity = kill_mid_job(r, spawn(), started=1)
+    worker = spawn()
+    wait_for(lambda: r.scard("processes") == 1 or not worker.alive(), timeout=15)
+    jid = push(client, "b", unique_for=4)  # the worker is up: the job starts at once
+    identity = kill_mid_job(r, worker, started=1)
     key = lock_key("u_hang", "uq", ["b"])
     assert r.get(key) == jid
-    assert push(client, "b", unique_for=2) is None
-    wait_for(lambda: not r.exists(key), timeout=5)
-    assert push(client, "b", unique_for=2) is not None  # free again
+    assert push(client, "b", unique_for=4) is None
+    wait_for(lambda: not r.exists(key), timeout=10)
+    assert push(client, "b", unique_for=4) is not None  # free again
     r.set(key, "a-later-duplicates-jid", ex=30)  # that push's lock, its job elsewhere
     # The killed job comes back late: it runs, and leaves the new holder's lock alone.
     recover(config, identity)
