@@ -11,7 +11,7 @@ worker releases it (:mod:`wurk.runtime.unique`); the format is in
 
 Duties:
 1. Check the options when they are declared or set: ``unique_for`` a
-   positive finite number of seconds (None or False: no lock),
+   positive number of seconds up to MAX_SECONDS (None or False: no lock),
    ``unique_until`` one of success, start, expiry, ``unique_key`` a callable.
 2. Remember each registered job's ``unique_key`` function by wire name (the
    middleware sees only the payload), as signatures are remembered.
