@@ -10,11 +10,14 @@ in each of these ways:
 * ``unique``: unique_for=60 with distinct arguments (each push takes a lock);
 * ``duplicate``: unique_for=60 with the same arguments (each push is refused);
 
-and one ``push_bulk`` of ``--bulk`` jobs plain and unique. For each it prints
-microseconds per push and Redis round trips per push: socket reads Redis
-counted (``INFO stats`` ``total_reads_processed``, the INFO call itself taken
-out), so a pipeline or a script counts once. Also the price of the check an
-ordinary push pays for the built-in middleware it does not use, timed alone.
+and ``push_bulk`` calls of ``--bulk`` jobs each (N jobs in all), plain and
+unique. For each it prints
+microseconds per push, Redis round trips per push as the socket reads Redis
+counted (``total_reads_processed``, the INFO call itself taken out: a
+pipeline or a script counts once, though Redis reads a request larger than
+16 KiB, a bulk batch, in several reads) and lock scripts (EVALSHA) per push.
+Also the price an ordinary push pays for the built-in step it does not use,
+timed alone.
 Medians over the rounds, and the median of the per-round ratios.
 """
 
@@ -41,19 +44,23 @@ from wurk.push import middleware  # noqa: E402
 Push = Callable[[int], object]
 
 
-def reads(r: redis.Redis) -> int:
-    return int(r.info("stats")["total_reads_processed"])
+def reads(r: redis.Redis) -> tuple[int, int]:
+    """(socket reads so far, EVALSHA calls so far), in one INFO."""
+    info = r.info("all")
+    return (int(info["total_reads_processed"]),
+            int(info.get("cmdstat_evalsha", {}).get("calls", 0)))
 
 
-def measure(r: redis.Redis, count: int, push: Push) -> tuple[float, float]:
-    """(µs per push, round trips per push) over ``count`` pushes."""
+def measure(r: redis.Redis, count: int, push: Push) -> tuple[float, float, float]:
+    """(µs, socket reads, EVALSHA calls) per call of ``push``, over ``count`` calls."""
     before = reads(r)
     started = time.perf_counter()
     for i in range(count):
         push(i)
     elapsed = time.perf_counter() - started
-    trips = reads(r) - before - 1  # the second INFO is counted when it is read
-    return elapsed / count * 1e6, trips / count
+    after = reads(r)
+    trips = after[0] - before[0] - 1  # the second INFO is counted when it is read
+    return elapsed / count * 1e6, trips / count, (after[1] - before[1]) / count
 
 
 def ways(client: wurk.Client, bulk: int) -> dict[str, tuple[int, Push]]:
@@ -88,33 +95,35 @@ def main() -> None:
         client = wurk.Client(wurk.Config(redis_url=server.url, log_level="warning"),
                              buffered=False, drain_spool=False)
         calls = ways(client, opts.bulk)
-        rows: dict[str, list[tuple[float, float]]] = {name: [] for name in calls}
+        rows: dict[str, list[tuple[float, float, float]]] = {name: [] for name in calls}
         for n in range(1, opts.rounds + 1):
             order = list(calls) if n % 2 else list(reversed(calls))
             for name in order:
                 per_call, push = calls[name]
                 times = max(1, opts.pushes // per_call)
-                us, trips = measure(r, times, push)
-                rows[name].append((us / per_call, trips / per_call))
+                us, trips, scripts = measure(r, times, push)
+                rows[name].append((us / per_call, trips / per_call, scripts / per_call))
             r.flushall()
             print(f"round {n}: " + "  ".join(
                 f"{name} {rows[name][-1][0]:.1f} µs" for name in calls))
         print("\nmedians:")
         for name, got in rows.items():
-            print(f"  {name:12} {statistics.median(u for u, _ in got):8.2f} µs/push  "
-                  f"{statistics.median(t for _, t in got):6.3f} round trips/push")
-        ratio = statistics.median(u / p for (u, _), (p, _) in zip(
+            print(f"  {name:12} {statistics.median(g[0] for g in got):8.2f} µs/push  "
+                  f"{statistics.median(g[1] for g in got):6.3f} reads/push  "
+                  f"{statistics.median(g[2] for g in got):6.3f} lock scripts/push")
+        ratio = statistics.median(u[0] / p[0] for u, p in zip(
             rows["unique"], rows["plain"], strict=True))
         print(f"paired ratio unique/plain (time): {ratio:.2f}")
         payload = {"class": "Noop", "args": [1], "queue": "default", "jid": "x" * 24}
-        number = 500_000
-        check = timeit.timeit(lambda: middleware.wanted((), payload), number=number)
-        # What the client checked before there were built-ins: is the chain empty?
-        before = timeit.timeit(lambda: not (), number=number)
-        print(f"the check a plain push makes for the unused built-in: "
-              f"{check / number * 1e9:.0f} ns (an empty-chain test alone: "
-              f"{before / number * 1e9:.0f} ns)")
-
+        number = 200_000
+        job = (payload, None)
+        check = timeit.timeit(lambda: middleware.admit([job], lambda: None), number=number)
+        # What a plain push did before there were built-ins: nothing; a list of one
+        # is the floor any per-push step pays.
+        floor = timeit.timeit(lambda: ([job], lambda: None), number=number)
+        print(f"the built-in step on a plain push (no round trip): "
+              f"{check / number * 1e9:.0f} ns (building its arguments alone: "
+              f"{floor / number * 1e9:.0f} ns)")
 
 if __name__ == "__main__":
     main()

@@ -323,3 +323,14 @@ def test_with_redis_unreachable_a_unique_push_raises_and_writes_nothing(
     proxy.heal()
     assert nothing_written(r)
     assert client.push({"class": "Down", "args": [1], "unique_for": 30}) is not None
+
+
+def test_a_bulk_batch_takes_all_its_locks_in_one_round_trip(
+        config: Config, r: redis.Redis, define: Define) -> None:
+    job = define(lambda a: None, unique_for=30)
+    assert job.perform_async("warm") is not None  # the script is loaded
+    r.config_resetstat()
+    assert len(job.perform_bulk([[i] for i in range(300)] + [[0]])) == 300
+    stats = r.info("commandstats")
+    assert stats["cmdstat_evalsha"]["calls"] == 1
+    assert stats["cmdstat_set"]["calls"] == 301  # inside the script: one per job

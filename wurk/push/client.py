@@ -5,8 +5,10 @@ Duties:
    thousand), immediate or scheduled, with payloads exactly as the spec
    describes (jid, class, args, queue, retry, created_at, enqueued_at),
    each through the client middleware chain (:mod:`wurk.push.middleware`)
-   first, which may change or stop it; a payload the chain let through but
-   that is not written after all is handed back to it (``unwritten``).
+   first, which may change or stop it, then through the built-in steps
+   (``admit``: unique jobs' locks) just before the write; what those took
+   for a payload that is not written after all is given back
+   (``unwritten``).
 2. Refuse non-JSON arguments before anything reaches Redis, and in
    ``push_bulk`` arguments that do not fit a job this process defines.
 3. Declare apply-safety: an immediate push (SADD + LPUSH) is never replayed
@@ -103,13 +105,14 @@ class Client:
         prepared = self._through_middleware(self.normalise(item, now), now)
         if prepared is None:
             return None
-        payload, run_at = prepared
         try:
-            self._write([payload], run_at)
+            if not middleware.admit([prepared], lambda: self.pool):
+                return None
+            self._write([prepared[0]], prepared[1])
         except BaseException:
-            middleware.unwritten([payload], self.pool)
+            middleware.unwritten([prepared[0]], self.pool)
             raise
-        return str(payload["jid"])
+        return str(prepared[0]["jid"])
 
     def push_bulk(self, item: Mapping[str, Any]) -> list[str]:
         """Push many jobs of one class: ``item["args"]`` is a list of arg lists.
@@ -145,6 +148,7 @@ class Client:
                     prepared = self._through_middleware(self.normalise(one, now), now)
                     if prepared is not None:
                         batch.append(prepared)
+                batch = middleware.admit(batch, lambda: self.pool)
                 if batch:
                     self._write_mixed(batch)
             except BaseException:
@@ -182,9 +186,9 @@ class Client:
         """Run the client middleware (if any) on a normalised payload: None when
         one stopped the push, else the payload checked again as a push would be."""
         chain = self.config.client_middleware
-        payload, run_at = prepared
-        if not middleware.wanted(chain, payload):
+        if not chain:
             return prepared
+        payload, run_at = prepared
         if run_at is not None:
             payload["at"] = run_at  # as Sidekiq's middleware sees a scheduled job
         if not middleware.invoke(chain, payload, self.pool):

@@ -3,10 +3,11 @@
 A job declared or pushed with ``unique_for=SECONDS`` is pushed only if no
 other job with the same class, queue and arguments (or the same result of
 the job's ``unique_key`` function) holds the lock; a duplicate push returns
-None. The lock is taken by a built-in client middleware that runs last, after
-the application's own (which may change the arguments), just before the
-write: one extra round trip for a unique job, nothing for any other. The
-worker releases it (:mod:`wurk.runtime.unique`); the format is in
+None. The lock is taken by a built-in step of the client middleware
+(:mod:`wurk.push.middleware`) that runs after the application's own chain
+(which may change the arguments), just before the write: one extra round
+trip for a push or a bulk batch with unique jobs, nothing for any other.
+The worker releases it (:mod:`wurk.runtime.unique`); the format is in
 :mod:`wurk.wire.unique`.
 
 Duties:
@@ -15,20 +16,21 @@ Duties:
    ``unique_until`` one of success, start, expiry, ``unique_key`` a callable.
 2. Remember each registered job's ``unique_key`` function by wire name (the
    middleware sees only the payload), as signatures are remembered.
-3. ``lock``: the middleware. It names the key, records it in the payload
-   (``unique_lock``), and takes the lock for ``unique_for`` seconds counted
-   from the time the job is due to run, or stops the push when another jid
-   holds it. A key function that raises or returns a non-string fails the
-   push with nothing written.
-4. ``unlock``: the compare-and-delete release, for the worker and for a push
-   that took its lock but was not written.
+3. ``admit``: the built-in step. For each job of a push (or of a bulk
+   batch, all in one round trip) it names the key, records it in the payload
+   (``unique_lock``) and takes the lock for ``unique_for`` seconds counted
+   from the time the job is due to run; a job whose key another jid holds
+   is a duplicate and is not written. A key function that raises or returns
+   a non-string fails the push with nothing written.
+4. ``give_back``: the compare-and-delete release, for the worker and for
+   jobs that took their lock but were not written.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from wurk.core.logging import get_logger
@@ -98,45 +100,66 @@ def key_for(payload: Mapping[str, Any]) -> str:
     return unique.lock_key(cls, queue, made)
 
 
-def ttl_ms(payload: Mapping[str, Any], now: float) -> int:
+def ttl_ms(seconds: float, run_at: float | None, now: float) -> int:
     """``unique_for``, counted from when the job is due (Sidekiq Enterprise adds
     a scheduled job's wait), in whole milliseconds: at least one, at most
     MAX_TTL_MS (a raw payload's huge ``unique_for`` or far-off ``at``)."""
-    seconds = float(payload[unique.FOR])
-    at = payload.get("at")
-    if isinstance(at, int | float) and not isinstance(at, bool) and at > now:
-        seconds += at - now
+    if run_at is not None and run_at > now:
+        seconds += run_at - now
     return min(unique.MAX_TTL_MS, max(1, math.ceil(seconds * 1000)))
 
 
-def lock(job_class: str, payload: dict[str, Any], queue: str, redis: Any,
-         call_next: Callable[[], Any]) -> None:
-    """The client middleware: go on only when this push holds the lock."""
+def _wants_lock(payload: Mapping[str, Any]) -> bool:
     ttl = payload.get(unique.FOR)
     if ttl is None or ttl is False:
-        call_next()  # Sidekiq Enterprise's way to push one job without a lock
-        return
+        return False  # Sidekiq Enterprise's way to push one job without a lock
     if not unique.is_unique(payload):
         raise TypeError(f"unique_for must be a positive finite number of seconds, got "
                         f"{ttl!r}; nothing was pushed")
-    key = key_for(payload)
-    payload[unique.LOCK] = key
-    jid = str(payload["jid"])
-    ttl = ttl_ms(payload, time.time())
-    # Safe to send twice: a replay after a lost reply finds our own jid and is granted.
-    granted = redis.run(lambda c: UNIQUE_LOCK.run(c, [key], [jid, ttl]), idempotent=True)
-    if granted == 1:
-        call_next()
-        return
-    holder = granted.decode("utf-8", "replace") if isinstance(granted, bytes) else str(granted)
-    log.info("unique.duplicate", job_class=job_class, jid=jid, queue=queue, lock=key,
-             holder=holder[:64])
+    return True
 
 
-def unlock(payload: Mapping[str, Any], redis: Any) -> bool:
-    """Drop the payload's recorded lock if it still holds the payload's jid."""
-    key, jid = payload.get(unique.LOCK), payload.get("jid")
-    if not isinstance(key, str) or not isinstance(jid, str):
-        return False
-    done = redis.run(lambda c: UNIQUE_RELEASE.run(c, [key], [jid]), idempotent=True)
-    return bool(done == 1)
+def admit(batch: Sequence[tuple[dict[str, Any], float | None]], redis: Any) -> list[bool]:
+    """The built-in step: take the lock of every job of ``batch`` (payloads that
+    carry ``unique_for``, with their run times) in one round trip; True for each
+    job that goes ahead, False for a duplicate."""
+    wanted = [_wants_lock(payload) for payload, _ in batch]
+    now = time.time()
+    lock_keys: list[str] = []
+    args: list[Any] = []
+    for (payload, run_at), wants in zip(batch, wanted, strict=True):
+        if wants:
+            payload[unique.LOCK] = key_for(payload)
+            lock_keys.append(payload[unique.LOCK])
+            args += [str(payload["jid"]), ttl_ms(float(payload[unique.FOR]), run_at, now)]
+    if not lock_keys:
+        return [True] * len(batch)
+    # Safe to send twice: a replay after a lost reply finds each job's own jid.
+    replies = iter(redis.run(lambda c: UNIQUE_LOCK.run(c, lock_keys, args), idempotent=True))
+    admitted = []
+    for (payload, _), wants in zip(batch, wanted, strict=True):
+        reply = next(replies) if wants else 1
+        admitted.append(reply == 1)
+        if reply != 1:
+            _duplicate(payload, reply)
+    return admitted
+
+
+def _duplicate(payload: Mapping[str, Any], holder: Any) -> None:
+    shown = holder.decode("utf-8", "replace") if isinstance(holder, bytes) else str(holder)
+    log.info("unique.duplicate", job_class=payload.get("class"), jid=payload.get("jid"),
+             queue=payload.get("queue"), lock=payload.get(unique.LOCK), holder=shown[:64])
+
+
+def give_back(payloads: Iterable[Mapping[str, Any]], redis: Any) -> int:
+    """Drop each payload's recorded lock if it still holds the payload's jid, in
+    one round trip; how many went."""
+    lock_keys, jids = [], []
+    for payload in payloads:
+        key, jid = payload.get(unique.LOCK), payload.get("jid")
+        if isinstance(key, str) and isinstance(jid, str):
+            lock_keys.append(key)
+            jids.append(jid)
+    if not lock_keys:
+        return 0
+    return int(redis.run(lambda c: UNIQUE_RELEASE.run(c, lock_keys, jids), idempotent=True))

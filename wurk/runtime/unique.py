@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from wurk.core.logging import get_logger
 from wurk.core.threads import describe
-from wurk.push.unique import unlock
+from wurk.push.unique import give_back
 from wurk.redis.pools import pool_for
 from wurk.wire import unique
 
@@ -64,7 +64,7 @@ def release(config: Config, job: dict[str, Any]) -> bool:
     if key is None:
         return False
     try:
-        return unlock({unique.LOCK: key, "jid": job.get("jid")}, pool_for(config))
+        return give_back([{unique.LOCK: key, "jid": job.get("jid")}], pool_for(config)) == 1
     except Exception as exc:  # noqa: BLE001 - the lock's TTL ends it anyway
         log.warning("unique.release_failed", jid=job.get("jid"), lock=key, error=describe(exc))
         return False

@@ -352,34 +352,47 @@ return pushed
 )
 
 
-# Take a unique job's lock (wurk.push.unique), Sidekiq Enterprise's
-# ``unique:<digest>`` string holding the jid. Granted when the key is free or
-# already held by this jid (a job pushed again: the classic poller promoting
-# it). Otherwise returns the holder ("" when the key is not a string): a lock
-# found without a TTL (garbage, or set by hand) gets this push's, so nothing
-# blocks a job for ever.
-# KEYS: the lock. ARGV: jid, TTL in milliseconds.
+# Take the locks of unique jobs (wurk.push.unique), Sidekiq Enterprise's
+# ``unique:<digest>`` strings holding a jid, for a whole push or bulk batch in
+# order, so a duplicate within a batch meets its twin's lock. Granted when the
+# key is free or holds the job's own jid (a job pushed again, or this call
+# replayed after a lost reply); else the reply is the holder ("" for a key
+# that is not a string), and a key without a TTL gets the job's, so nothing
+# blocks for ever. KEYS: a lock per job. ARGV: per job, jid and TTL in ms.
 UNIQUE_LOCK = Script(
     "unique_lock",
     """
-if redis.call("set", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then return 1 end
-local holder = ""
-if redis.call("type", KEYS[1]).ok == "string" then holder = redis.call("get", KEYS[1]) end
-if holder == ARGV[1] then return 1 end
-if redis.call("pttl", KEYS[1]) == -1 then redis.call("pexpire", KEYS[1], ARGV[2]) end
-return holder
+local out = {}
+for i = 1, #KEYS do
+  local key, jid, ttl = KEYS[i], ARGV[2 * i - 1], ARGV[2 * i]
+  if redis.call("set", key, jid, "NX", "PX", ttl) then
+    out[i] = 1
+  else
+    local holder = ""
+    if redis.call("type", key).ok == "string" then holder = redis.call("get", key) end
+    if holder == jid then
+      out[i] = 1
+    else
+      if redis.call("pttl", key) == -1 then redis.call("pexpire", key, ttl) end
+      out[i] = holder
+    end
+  end
+end
+return out
 """,
 )
 
-# Release a unique job's lock only if it still holds this jid: after the lock
-# expired, a duplicate may hold the key, and that lock is not ours to drop.
-# KEYS: the lock. ARGV: jid. Returns 1 when released.
+# Release unique jobs' locks, each only if it still holds its job's jid (a
+# duplicate may hold a key after ours expired). KEYS: locks. ARGV: their jids.
 UNIQUE_RELEASE = Script(
     "unique_release",
     """
-if redis.call("type", KEYS[1]).ok == "string" and redis.call("get", KEYS[1]) == ARGV[1] then
-  return redis.call("del", KEYS[1])
+local released = 0
+for i = 1, #KEYS do
+  if redis.call("type", KEYS[i]).ok == "string" and redis.call("get", KEYS[i]) == ARGV[i] then
+    released = released + redis.call("del", KEYS[i])
+  end
 end
-return 0
+return released
 """,
 )
