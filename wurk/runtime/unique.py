@@ -6,7 +6,7 @@ payload says when its lock goes (``unique_until``, :mod:`wurk.wire.unique`):
 1. ``start``: released as the job starts, before its middleware runs, so a
    duplicate may be pushed while it runs.
 2. ``success`` (the default, as Sidekiq Enterprise's): released once the
-   job succeeded and was acknowledged. A failure that goes to retry keeps
+   job succeeded and its acknowledgement was handed to the fetch. A failure that goes to retry keeps
    the lock (it still has ``unique_for`` to run out); a job that dies, is
    discarded or has no retries releases it, as Enterprise's death handler
    does (a kill by hand from the admin tools leaves it to expire, also as
