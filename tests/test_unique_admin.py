@@ -25,7 +25,7 @@ def push(config: Config, *args: Any, **extra: Any) -> str | None:
 
 def test_the_api_names_the_holder_lists_locks_and_releases_one(
         config: Config, r: redis.Redis) -> None:
-    locks = UniqueLocks(config)
+    locks = UniqueLocks(config=config)
     jid = push(config, 7)
     assert locks.holder("Feed", [7]) == jid
     assert locks.holder("Feed", [8]) is None

@@ -181,3 +181,26 @@ def test_a_job_sidekiq_pushed_releases_the_digest_of_its_payload(
     launch()
     body.wait_started()
     wait_for(lambda: not r.exists(key))
+
+
+def test_a_dead_unique_job_retried_from_the_api_takes_its_lock_again(
+        config: Config, r: redis.Redis) -> None:
+    import json
+
+    from wurk.api import DeadSet
+
+    def dead(jid: str, arg: int) -> None:
+        r.zadd("dead", {json.dumps({"class": "Feed", "args": [arg], "jid": jid,
+                                    "queue": "default", "retry": True, "retry_count": 3,
+                                    "unique_for": 30, "failed_at": time.time()}): time.time()})
+
+    dead("a" * 24, 1)
+    dead("b" * 24, 2)
+    r.set(lock_key("Feed", "default", [2]), "another-jid", ex=30)  # a duplicate since
+    dead_set = DeadSet(config=config)
+    for jid in ("a" * 24, "b" * 24):
+        entry = dead_set.find_job(jid)
+        assert entry is not None and entry.retry()
+    assert r.get(lock_key("Feed", "default", [1])) == "a" * 24
+    assert [json.loads(raw)["jid"] for raw in r.lrange("queue:default", 0, -1)] == ["a" * 24]
+    assert r.zcard("dead") == 0  # the refused one is gone, as with Sidekiq's API

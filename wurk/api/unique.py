@@ -35,7 +35,7 @@ class UniqueLock:
 
 
 class UniqueLocks:
-    def __init__(self, config: Config | None = None) -> None:
+    def __init__(self, *, config: Config | None = None) -> None:
         self.config = resolve(config)
 
     def key(self, job_class: str, args: Sequence[Any], queue: str = "default") -> str:
