@@ -283,7 +283,7 @@ def test_a_push_whose_write_fails_gives_its_lock_back(
     assert enqueuer.perform_async(1) is not None  # not refused as its own duplicate
 
 
-def test_a_bulk_batch_a_later_job_fails_in_gives_back_the_earlier_locks(
+def test_a_bulk_batch_a_middleware_fails_takes_no_lock(
         config: Config, r: redis.Redis, define: Define) -> None:
     def picky(job_class: str, payload: dict[str, Any], queue: str, pool: Any,
               call_next: Callable[[], Any]) -> None:
