@@ -26,6 +26,7 @@ from wurk.runtime.launcher import Launcher
 from wurk.runtime.scheduled import Poller, random_poll_interval
 from wurk.settings.config import Config
 from wurk.wire.payload import new_jid
+from wurk.wire.unique import lock_key
 
 
 class FixedRng(random.Random):
@@ -90,8 +91,8 @@ def scheduler_mode(request: pytest.FixtureRequest, config: Config) -> str:
     return str(request.param)
 
 
-def test_enqueue_due_moves_due_jobs_and_keeps_their_fields(r: redis.Redis,
-                                                           config: Config) -> None:
+def test_enqueue_due_moves_due_jobs_and_keeps_their_fields(r: redis.Redis, config: Config,
+                                                           scheduler_mode: str) -> None:
     now = time.time()
     retry_job = stored(queue="mail", retry_count=2, error_message="boom", error_class="E",
                        failed_at=now - 100, bid="batch-1", tags=["a"], enqueued_at=now - 200)
@@ -113,6 +114,11 @@ def test_enqueue_due_moves_due_jobs_and_keeps_their_fields(r: redis.Redis,
         assert isinstance(job["enqueued_at"], float)
         rest = {k: v for k, v in job.items() if k != "enqueued_at"}
         expected = {k: v for k, v in original.items() if k != "enqueued_at"}
+        if scheduler_mode == "classic" and "unique_for" in original:
+            # The classic poller pushes through the client, whose unique-jobs
+            # middleware takes the lock and records its key (wurk.push.unique).
+            assert rest.pop("unique_lock") == lock_key(original["class"], "mail",
+                                                       original["args"])
         assert rest == expected
 
 

@@ -14,6 +14,7 @@ from wurk.push.client import Client
 from wurk.push.confirmed import PushNotConfirmedError
 from wurk.push.job import Job, JobFunction, UnknownJobError, job, registry
 from wurk.push.periodic import PeriodicError, periodic
+from wurk.push.unique import UniqueKeyError
 from wurk.runtime import forking  # noqa: F401 - registers the after-fork resets
 from wurk.settings.config import Config, ConfigError, configure, default_config
 from wurk.version import __version__
@@ -37,6 +38,7 @@ __all__ = [
     "PeriodicError",
     "PushBufferFullError",
     "PushNotConfirmedError",
+    "UniqueKeyError",
     "UnknownJobError",
     "__version__",
     "configure",

@@ -29,7 +29,8 @@ Modules: ``registry`` (commands as data, the context they run with),
 ``output`` (tables and times), ``overview`` (the read-only commands),
 ``jobsets`` (the three sorted sets), ``control`` (pause and signals),
 ``profiles`` (job profiles), ``spool`` (pushes spooled at exit),
-``limiters`` (rate and concurrency limiters).
+``limiters`` (rate and concurrency limiters), ``unique`` (the locks of
+unique jobs).
 
 Adding a command: write ``wurk/admin/<name>.py``
 with a ``COMMANDS`` tuple of :class:`AdminCommand` (name, help, a
@@ -47,7 +48,7 @@ from typing import Any, TextIO
 
 import redis.exceptions as rx
 
-from wurk.admin import control, jobsets, limiters, overview, periodic, profiles, spool
+from wurk.admin import control, jobsets, limiters, overview, periodic, profiles, spool, unique
 from wurk.admin.registry import (
     AdminCommand,
     CommandError,
@@ -71,7 +72,7 @@ MAX_ATTEMPTS = 2
 
 REGISTRY = Registry(*overview.COMMANDS, *jobsets.COMMANDS, *control.COMMANDS,
                     *profiles.COMMANDS, *spool.COMMANDS, *periodic.COMMANDS,
-                    *limiters.COMMANDS)
+                    *limiters.COMMANDS, *unique.COMMANDS)
 
 # Failures that name what was missing or refused; their message is the whole story.
 NAMED_FAILURES = (CommandError, UnknownQueueError, UnknownProcessError, JobNotFoundError,

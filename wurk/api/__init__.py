@@ -17,6 +17,7 @@ Modules, one concern each:
 - ``periodic``: :class:`PeriodicSet`: periodic entries, their next runs and
   last runs, pause and unpause.
 - ``limiters``: :class:`LimiterSet`, every registered limiter and its use.
+- ``unique``: :class:`UniqueLocks`, the locks of unique jobs.
 - ``errors``: the lookup and control errors callers catch.
 
 Apply-safety: every read is declared idempotent to the pool; every write
@@ -39,6 +40,7 @@ from wurk.api.records import JobRecord
 from wurk.api.sorted_sets import DeadSet, RetrySet, ScheduledSet, SortedSet
 from wurk.api.stats import History, Stats
 from wurk.api.swarms import SwarmProcess, SwarmSet, UnknownSwarmError
+from wurk.api.unique import UniqueLock, UniqueLocks
 from wurk.api.workers import Work, WorkEntry, Workers
 
 __all__ = [
@@ -63,6 +65,8 @@ __all__ = [
     "Stats",
     "SwarmProcess",
     "SwarmSet",
+    "UniqueLock",
+    "UniqueLocks",
     "UnknownLimiterError",
     "UnknownPeriodicError",
     "UnknownProcessError",

@@ -5,7 +5,10 @@ Duties:
    thousand), immediate or scheduled, with payloads exactly as the spec
    describes (jid, class, args, queue, retry, created_at, enqueued_at),
    each through the client middleware chain (:mod:`wurk.push.middleware`)
-   first, which may change or stop it.
+   first, which may change or stop it, then through the built-in steps
+   (``admit``: unique jobs' locks) just before the write; what those took
+   for a payload that is not written after all is given back
+   (``unwritten``).
 2. Refuse non-JSON arguments before anything reaches Redis, and in
    ``push_bulk`` arguments that do not fit a job this process defines.
 3. Declare apply-safety: an immediate push (SADD + LPUSH) is never replayed
@@ -108,9 +111,14 @@ class Client:
         prepared = self._through_middleware(self.normalise(item, now), now)
         if prepared is None:
             return None
-        payload, run_at = prepared
-        self._write([payload], run_at)
-        return str(payload["jid"])
+        try:
+            if not middleware.admit([prepared], lambda: self.pool):
+                return None
+            self._write([prepared[0]], prepared[1])
+        except BaseException:
+            middleware.unwritten([prepared[0]], self.pool)
+            raise
+        return str(prepared[0]["jid"])
 
     def push_bulk(self, item: Mapping[str, Any]) -> list[str]:
         """Push many jobs of one class: ``item["args"]`` is a list of arg lists.
@@ -136,17 +144,22 @@ class Client:
         jids: list[str] = []
         for start in range(0, len(all_args), BULK_BATCH):
             batch: list[tuple[dict[str, Any], float | None]] = []
-            for i in range(start, min(start + BULK_BATCH, len(all_args))):
-                one = {k: v for k, v in item.items() if k not in ("args", "at", "jid")}
-                one["args"] = all_args[i]
-                if ats is not None:
-                    one["at"] = ats[i] if isinstance(ats, list) else ats
-                one.setdefault("created_at", created)
-                prepared = self._through_middleware(self.normalise(one, now), now)
-                if prepared is not None:
-                    batch.append(prepared)
-            if batch:
-                self._write_mixed(batch)
+            try:
+                for i in range(start, min(start + BULK_BATCH, len(all_args))):
+                    one = {k: v for k, v in item.items() if k not in ("args", "at", "jid")}
+                    one["args"] = all_args[i]
+                    if ats is not None:
+                        one["at"] = ats[i] if isinstance(ats, list) else ats
+                    one.setdefault("created_at", created)
+                    prepared = self._through_middleware(self.normalise(one, now), now)
+                    if prepared is not None:
+                        batch.append(prepared)
+                batch = middleware.admit(batch, lambda: self.pool)
+                if batch:
+                    self._write_mixed(batch)
+            except BaseException:
+                middleware.unwritten((p for p, _ in batch), self.pool)
+                raise
             jids.extend(str(p["jid"]) for p, _ in batch)
         return jids
 

@@ -5,7 +5,8 @@ Duties:
    resolves a payload's class only through this registry, never by importing
    whatever module a payload names.
 2. Carry per-job options (queue, retry, backtrace, dead, retry_queue, tags,
-   profile, retry_in, retries_exhausted) into the payload at push time.
+   profile, unique_for, unique_until; retry_in, retries_exhausted and
+   unique_key stay in the process) into the payload at push time.
 3. Give every job the enqueue verbs: ``perform_async``, ``perform_in``,
    ``perform_at``, ``perform_bulk`` and ``set(...)`` for one-off option
    overrides; each checks its arguments against the job's signature
@@ -20,7 +21,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, ClassVar, Generic, ParamSpec, TypeVar, overload
 
-from wurk.push import signatures
+from wurk.push import signatures, unique
 from wurk.push.client import Client
 from wurk.push.options import JobOptions, make_options
 from wurk.wire.payload import ArgumentError
@@ -76,6 +77,7 @@ class Registry:
                 )
             self._jobs[entry.name] = entry
         signatures.remember(entry.name, entry.arity)
+        unique.remember(entry.name, entry.options.unique_key)
 
     def get(self, name: str) -> Registered:
         try:
@@ -93,6 +95,7 @@ class Registry:
         with self._lock:
             self._jobs.pop(name, None)
         signatures.forget(name)
+        unique.forget(name)
 
 
 registry = Registry()
@@ -113,6 +116,9 @@ class Enqueuer:
 
     def set(self, *, client: Client | None = None, **options: Any) -> Enqueuer:
         """A copy with some options changed for the pushes made through it."""
+        if "unique_key" in options:
+            raise TypeError("unique_key is declared with the job (@wurk.job or the class), "
+                            "not per push")
         return Enqueuer(self.name, make_options(self.options, **options), client or self._client)
 
     def perform_async(self, *args: Any) -> str | None:

@@ -15,14 +15,43 @@ Duties:
 1. Run ``config.client_middleware`` around one payload, first one outermost.
 2. Say whether the push goes ahead: only when every middleware called
    ``call_next()``, down to the end of the chain.
+3. ``admit``: after the chain, just before the write, run wurk's built-in
+   steps on the payloads about to be written (one push, or a bulk batch of up
+   to a thousand), each only on the payloads that carry its field (unique
+   jobs' lock, on ``unique_for``), in one round trip for the batch; a
+   payload without such a field costs a dict lookup per built-in.
+4. ``unwritten``: when payloads that went through ``admit`` are not written
+   after all (the write raised), let each built-in give back what it took
+   for them (the unique lock), so a push the caller tries again is not
+   refused as its own duplicate.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from wurk.core.logging import get_logger
+from wurk.core.threads import describe
+from wurk.push import unique
 from wurk.settings.hooks import ClientMiddleware
+from wurk.wire.unique import FOR as UNIQUE_FOR
+
+log = get_logger("wurk.client")
+Prepared = tuple[dict[str, Any], "float | None"]
+
+
+@dataclass(frozen=True)
+class BuiltIn:
+    field: str  # a payload carrying this field goes through this step
+    admit: Callable[[Sequence[Prepared], Any], list[bool]]  # True: written
+    give_back: Callable[[Iterable[dict[str, Any]], Any], object]
+
+
+# Run after the application's chain, so the lock is taken on the arguments as
+# they will be written, just before the write.
+BUILT_IN: tuple[BuiltIn, ...] = (BuiltIn(UNIQUE_FOR, unique.admit, unique.give_back),)
 
 
 def invoke(chain: Sequence[ClientMiddleware], payload: dict[str, Any], redis: Any) -> bool:
@@ -39,3 +68,36 @@ def invoke(chain: Sequence[ClientMiddleware], payload: dict[str, Any], redis: An
 
     step(0)
     return reached_end
+
+
+def admit(batch: list[Prepared], redis: Callable[[], Any]) -> list[Prepared]:
+    """The payloads of ``batch`` the built-in steps let through, in order;
+    ``redis()`` gives the pool, asked for only when a step has work."""
+    for built_in in BUILT_IN:
+        field = built_in.field
+        for payload, _ in batch:
+            if field in payload:
+                break
+        else:
+            continue  # the whole cost of a step no payload asks for
+        mine = [i for i, (payload, _) in enumerate(batch) if field in payload]
+        verdicts = built_in.admit([batch[i] for i in mine], redis())
+        refused = {i for i, ok in zip(mine, verdicts, strict=True) if not ok}
+        if refused:
+            batch = [job for i, job in enumerate(batch) if i not in refused]
+    return batch
+
+
+def unwritten(payloads: Iterable[dict[str, Any]], redis: Any) -> None:
+    """Give back what built-ins took for payloads that were not written. Raises nothing:
+    the caller is already raising the reason the push failed."""
+    chosen = list(payloads)
+    for built_in in BUILT_IN:
+        mine = [payload for payload in chosen if built_in.field in payload]
+        if not mine:
+            continue
+        try:
+            built_in.give_back(mine, redis)
+        except Exception as exc:  # noqa: BLE001 - what was taken expires on its own
+            log.warning("client.give_back_failed", jids=[p.get("jid") for p in mine][:10],
+                        field=built_in.field, error=describe(exc))

@@ -2,8 +2,8 @@
 
 Duties:
 1. Hold a job's options (queue, retry, backtrace, dead, retry_queue, tags,
-   retry_for, profile, and the server-side hooks retry_in and
-   retries_exhausted) as one frozen value.
+   retry_for, profile, unique_for and unique_until, and the process-side
+   hooks retry_in, retries_exhausted and unique_key) as one frozen value.
 2. Check option values when they are given, with a TypeError that names
    the option (``make_options``).
 3. Give the options that travel in the payload (``payload_fields``).
@@ -16,9 +16,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from wurk.observe.profiler import DEFAULT_TOKEN
+from wurk.push import unique
 
 # Options that travel in the payload when set (Sidekiq's sidekiq_options).
-PAYLOAD_OPTIONS = ("queue", "retry", "backtrace", "dead", "retry_queue", "tags", "retry_for")
+PAYLOAD_OPTIONS = ("queue", "retry", "backtrace", "dead", "retry_queue", "tags", "retry_for",
+                   "unique_for")
 RetryIn = Callable[[int, BaseException, Mapping[str, Any]], "float | str | None"]
 Exhausted = Callable[[Mapping[str, Any], BaseException], None]
 
@@ -35,10 +37,16 @@ class JobOptions:
     # Profile every run with cProfile (wurk.observe.profiler): a token string, or True
     # for the default token. Sent as Sidekiq 8's "profile" payload key.
     profile: bool | str | None = None
+    # Unique jobs (wurk.push.unique): the lock's seconds, and when it is released
+    # ("success" when None, sent only when it is another).
+    unique_for: int | float | None = None
+    unique_until: str | None = None
     # Not sent: server-side hooks (Sidekiq's sidekiq_retry_in and
     # sidekiq_retries_exhausted blocks).
     retry_in: RetryIn | None = field(default=None, compare=False)
     retries_exhausted: Exhausted | None = field(default=None, compare=False)
+    # Not sent either: the lock key's source in place of the arguments.
+    unique_key: Callable[[list[Any]], str] | None = field(default=None, compare=False)
 
     def payload_fields(self) -> dict[str, Any]:
         fields: dict[str, Any] = {"queue": self.queue, "retry": self.retry}
@@ -46,6 +54,8 @@ class JobOptions:
             value = getattr(self, name)
             if value is not None:
                 fields[name] = list(value) if name == "tags" else value
+        if self.unique_for is not None and self.unique_until not in (None, "success"):
+            fields["unique_until"] = self.unique_until
         if self.profile:
             fields["profile"] = DEFAULT_TOKEN if self.profile is True else self.profile
         return fields
@@ -64,6 +74,7 @@ def make_options(base: JobOptions | None = None, **changes: Any) -> JobOptions:
         raise TypeError(f"retry must be true, false or a non-negative int, got {retry!r}")
     if not isinstance(changes.get("profile"), bool | str | None):
         raise TypeError(f"profile must be a token string or a bool, got {changes['profile']!r}")
+    unique.check_options(changes)
     queue = changes.get("queue", "default")
     if not isinstance(queue, str) or not queue:
         raise TypeError(f"queue must be a non-empty string, got {queue!r}")

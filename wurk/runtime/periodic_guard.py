@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 from wurk.push.periodic import PeriodicEntry
 from wurk.wire import keys
-from wurk.wire.lua import PERIODIC_TICK
+from wurk.wire.periodic_lua import PERIODIC_TICK
 
 FIRED, SKIPPED, NOT_LEADER, PAUSED, DONE, MISSING = 1, 2, 0, -1, -2, -3
 OUTCOMES = {FIRED: "fired", SKIPPED: "skipped", NOT_LEADER: "not_leader", PAUSED: "paused",

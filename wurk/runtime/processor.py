@@ -24,7 +24,9 @@ Duties, in order, for each job:
    (``wurk.runtime.overlimit``). A failure that cannot
    even be serialised sends the raw payload to ``dead``, with the reason
    logged.
-5. Drop this execution's outcome when the launcher already pushed the job
+5. Tell :mod:`wurk.runtime.unique` when a unique job starts and how it
+   ended, so its lock goes when its ``unique_until`` says.
+6. Drop this execution's outcome when the launcher already pushed the job
    back to Redis during a hard stop (the job runs again, which the
    at-least-once contract allows), and stop retrying a settle once a hard
    stop abandons the job (its copy stays for the stop's release or the
@@ -47,7 +49,7 @@ from wurk.core.threads import describe
 from wurk.limiter.base import reschedulable
 from wurk.observe import metrics, profiler
 from wurk.push.job import Registered, Registry, UnknownJobError
-from wurk.runtime import middleware, overlimit, settle
+from wurk.runtime import middleware, overlimit, settle, unique
 from wurk.runtime.retry import RetryHandler
 from wurk.runtime.work import Settlement
 from wurk.wire.payload import PayloadError, loads_job
@@ -87,6 +89,7 @@ class Processor:
         # Anything raised past here is a bug of ours, not the job's: the slot
         # stays recorded, and the manager's guard gives its job back.
         entry = self.registry.find(job["class"])
+        unique.started(self.config, job)
         failure = self._execute(job, work.queue, entry)
         if failure is None:
             self._succeeded(job, work, slot)
@@ -136,6 +139,7 @@ class Processor:
             return  # requeued by a hard stop: not ours to settle any more
         self.counters.record(failed=False)
         self.fetch.acknowledge(work, _jid(job))
+        unique.finished(self.config, job, "success")
 
     def _failed(self, job: dict[str, Any], work: UnitOfWork, slot: str, exc: BaseException,
                 entry: Registered | None) -> None:
@@ -158,6 +162,7 @@ class Processor:
         if self._settle(work, slot, _jid(job), settlement):
             log.info(f"job.{settlement.outcome}", jid=_jid(job), queue=work.queue,
                      retry_count=job.get("retry_count"))
+            unique.finished(self.config, job, settlement.outcome)
 
     def _rescheduled(self, job: dict[str, Any], work: UnitOfWork, slot: str,
                      exc: BaseException) -> bool:

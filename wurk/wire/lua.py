@@ -351,30 +351,47 @@ return pushed
 """,
 )
 
-# Claim one periodic tick, fenced by the leader lease: only while the lease
-# key holds this leader's value, the entry is not paused and its mark is
-# below the tick. "fire" also takes the tick's guard (SET NX) and records the
-# fire ([fired_at, jid] in the capped history); "skip" only moves the mark.
-# KEYS: lease, guard, loop hash, loop history.
-# ARGV: lease value, tick, guard TTL, mode, jid, fired_at, next fire, cap.
-# Returns 1 fired, 2 skipped, 0 not the leader, -1 paused, -2 already done,
-# -3 not registered (the hash is gone: a flushed or restarted Redis).
-PERIODIC_TICK = Script(
-    "periodic_tick",
+# Take the locks of unique jobs (wurk.push.unique), Sidekiq Enterprise's
+# ``unique:<digest>`` strings holding a jid, for a whole push or bulk batch in
+# order, so a duplicate within a batch meets its twin's lock. Granted when the
+# key is free or holds the job's own jid (a job pushed again, or this call
+# replayed after a lost reply); else the reply is the holder ("" for a key
+# that is not a string), and a key without a TTL gets the job's, so nothing
+# blocks for ever. KEYS: a lock per job. ARGV: per job, jid and TTL in ms.
+UNIQUE_LOCK = Script(
+    "unique_lock",
     """
-if redis.call("get", KEYS[1]) ~= ARGV[1] then return 0 end
-if redis.call("exists", KEYS[3]) == 0 then return -3 end
-if redis.call("hget", KEYS[3], "paused") == "1" then return -1 end
-local mark = tonumber(redis.call("hget", KEYS[3], "tick") or "")
-if mark and mark >= tonumber(ARGV[2]) then return -2 end
-if ARGV[4] == "skip" then
-  redis.call("hset", KEYS[3], "tick", ARGV[2], "nf", ARGV[7])
-  return 2
+local out = {}
+for i = 1, #KEYS do
+  local key, jid, ttl = KEYS[i], ARGV[2 * i - 1], ARGV[2 * i]
+  if redis.call("set", key, jid, "NX", "PX", ttl) then
+    out[i] = 1
+  else
+    local holder = ""
+    if redis.call("type", key).ok == "string" then holder = redis.call("get", key) end
+    if holder == jid then
+      out[i] = 1
+    else
+      if redis.call("pttl", key) == -1 then redis.call("pexpire", key, ttl) end
+      out[i] = holder
+    end
+  end
 end
-if not redis.call("set", KEYS[2], ARGV[5], "NX", "EX", ARGV[3]) then return -2 end
-redis.call("hset", KEYS[3], "tick", ARGV[2], "lf", ARGV[6], "nf", ARGV[7])
-redis.call("lpush", KEYS[4], "[" .. ARGV[6] .. "," .. cjson.encode(ARGV[5]) .. "]")
-redis.call("ltrim", KEYS[4], 0, tonumber(ARGV[8]) - 1)
-return 1
+return out
+""",
+)
+
+# Release unique jobs' locks, each only if it still holds its job's jid (a
+# duplicate may hold a key after ours expired). KEYS: locks. ARGV: their jids.
+UNIQUE_RELEASE = Script(
+    "unique_release",
+    """
+local released = 0
+for i = 1, #KEYS do
+  if redis.call("type", KEYS[i]).ok == "string" and redis.call("get", KEYS[i]) == ARGV[i] then
+    released = released + redis.call("del", KEYS[i])
+  end
+end
+return released
 """,
 )

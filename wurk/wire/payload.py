@@ -37,7 +37,12 @@ def new_jid() -> str:
 def dumps(obj: Any) -> str:
     """JSON as Ruby's ``JSON.generate`` writes it, so Sidekiq's re-dump of a
     member it read from a sorted set finds the same bytes (see ruby_floats)."""
-    text = json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return with_ruby_floats(
+        json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False))
+
+
+def with_ruby_floats(text: str) -> str:
+    """A compact JSON text with its floats in Ruby's forms (a no-op for most)."""
     return ruby_floats(text) if _may_differ_from_ruby(text) else text
 
 
