@@ -5,7 +5,8 @@ Duties:
 2. Time and count every job while metrics are on: counters
    ``wurk.jobs.processed`` and ``wurk.jobs.failed`` and the timing
    ``wurk.jobs.duration`` (ms), tagged with class and queue, in one datagram
-   per job. While they are off the job path gains nothing: the processor
+   per job; ``wurk.jobs.expired`` for a job dropped unrun past its
+   ``expiry``. While they are off the job path gains nothing: the processor
    wraps its run only when :func:`for_config` returns a :class:`Metrics`.
 3. Once per heartbeat: the gauges ``wurk.queue.latency`` (seconds, one per
    queue the process polls) and ``wurk.process.rss`` (bytes), the latter
@@ -50,6 +51,7 @@ RunJob = Callable[[dict[str, Any], str, E], "BaseException | None"]
 PROCESSED = "wurk.jobs.processed"
 FAILED = "wurk.jobs.failed"
 DURATION = "wurk.jobs.duration"
+EXPIRED = "wurk.jobs.expired"
 QUEUE_LATENCY = "wurk.queue.latency"
 PROCESS_RSS = "wurk.process.rss"
 # DogStatsD's advice for UDP: stay under one Ethernet frame's payload.
@@ -171,6 +173,7 @@ class Totals:
         self._lock = threading.Lock()
         self.jobs: dict[tuple[str, str], list[float]] = {}  # [processed, failed, seconds]
         self.gauges: dict[tuple[str, Tags], float] = {}
+        self.expired: dict[tuple[str, str], int] = {}
 
     def job(self, cls: str, queue: str, seconds: float, failed: bool) -> None:
         with self._lock:
@@ -178,6 +181,10 @@ class Totals:
             row[0] += 1
             row[1] += failed
             row[2] += seconds
+
+    def expire(self, cls: str, queue: str) -> None:
+        with self._lock:
+            self.expired[(cls, queue)] = self.expired.get((cls, queue), 0) + 1
 
     def gauge(self, name: str, value: float, tags: Tags) -> None:
         with self._lock:
@@ -189,6 +196,8 @@ class Totals:
             jobs = sorted((_labels((("class", c), ("queue", q))), row)
                           for (c, q), row in self.jobs.items())
             gauges = sorted(self.gauges.items())
+            expired = sorted((_labels((("class", c), ("queue", q))), n)
+                             for (c, q), n in self.expired.items())
         lines = _family("wurk_jobs_processed_total", "counter", "Jobs run, failed or not.",
                         [("", labels, int(row[0])) for labels, row in jobs])
         lines += _family("wurk_jobs_failed_total", "counter", "Jobs that raised.",
@@ -196,6 +205,8 @@ class Totals:
         lines += _family("wurk_jobs_duration_seconds", "summary", "Time spent running jobs.",
                          [(suffix, labels, value) for labels, row in jobs
                           for suffix, value in (("_sum", row[2]), ("_count", int(row[0])))])
+        lines += _family("wurk_jobs_expired_total", "counter", "Jobs dropped unrun past expiry.",
+                         [("", labels, n) for labels, n in expired])
         for name, (metric, help_text) in self.GAUGES.items():
             lines += _family(metric, "gauge", help_text,
                              [("", _labels(tags), value)
@@ -242,6 +253,13 @@ class Metrics:
             self.sender.send("\n".join(lines).encode())
         if self.totals is not None:
             self.totals.job(cls, queue, ms / 1000.0, failed)
+
+    def expired(self, cls: str, queue: str) -> None:
+        if self.sender is not None:
+            self.sender.send(self._line(EXPIRED, 1, "c", (("class", cls), ("queue", queue)))
+                             .encode())
+        if self.totals is not None:
+            self.totals.expire(cls, queue)
 
     def gauges(self, values: Sequence[Gauge]) -> None:
         if self.sender is not None:
