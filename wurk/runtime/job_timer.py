@@ -9,12 +9,15 @@ Duties:
    with ``PyThreadState_SetAsyncExc``, once per run. CPython delivers it
    between bytecodes, so a job blocked in one long C call (``time.sleep``,
    a socket read) sees it only when that call returns.
-3. Never into the next job: the job thread ends a run by marking it done
-   under the timer's lock (after which the timer fires nothing for it) and,
-   if the timer had fired, clearing a delivery still pending. A JobTimeout
-   that lands between the job's end and that clearing is caught in
-   :meth:`JobTimer.run` itself and becomes the run's failure (the job did
-   run past its limit); it never reaches the processor's own code after.
+3. Never into the next job: the timer fires at most once per run, and only
+   under its lock while the run is not done; the job thread ends a run by
+   marking it done under that lock and, if the timer had fired, clearing a
+   delivery still pending. A JobTimeout that lands between the job's end
+   and that clearing is caught in :meth:`JobTimer.run` itself and becomes
+   the run's failure (the job did run past its limit); it never reaches the
+   processor's own code after. The job thread takes only the plain lock,
+   whose ``with`` is C code: a JobTimeout landing inside a Python-level
+   ``__enter__``/``__exit__`` (a Condition's) could leave that held.
 4. Hard limit (``hard_timeout``): the timer takes the job from the in-flight
    table (so the processor drops whatever outcome the job comes back with),
    settles it as failed with a JobTimeout through the normal atomic settle
@@ -95,7 +98,8 @@ class JobTimer:
         self.retry = retry
         self.on_overrun: Callable[[], None] | None = None
         self._notes: Notes | None = None
-        self._cond = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._heap: list[tuple[float, int, bool, Run]] = []
         self._seq = itertools.count()
         self._active: set[Run] = set()
@@ -108,23 +112,25 @@ class JobTimer:
         """``call()`` (which returns the job's failure or None) under ``limits``."""
         jid = job.get("jid") if isinstance(job.get("jid"), str) else None
         run = Run(threading.get_ident(), slot, work, jid, options, limits)
-        self._arm(run)
         outcome = _PENDING
         try:
             try:
+                self._arm(run)
                 outcome = call()
             finally:
                 self._end(run)
         except JobTimeout as late:
-            # Delivered after the job's own code had finished with it, as the
-            # run ended: still the job's failure, never the processor's.
+            # Delivered as the run ended, after the job's own code had let go
+            # of it: still the run's failure, never the processor's.
             self._end(run)
             return late if outcome is _PENDING else outcome
         return outcome
 
     def _arm(self, run: Run) -> None:
         now = run.started
-        with self._cond:
+        # The plain lock (a C-level with) on the job thread's side: a JobTimeout
+        # landing in a Python-level __enter__/__exit__ could leave it held.
+        with self._lock:
             if run.limits.timeout is not None:
                 heapq.heappush(self._heap, (now + run.limits.timeout, next(self._seq), False, run))
             if run.limits.hard_timeout is not None:
@@ -137,7 +143,7 @@ class JobTimer:
             self._note_start(run)
 
     def _end(self, run: Run) -> None:
-        with self._cond:
+        with self._lock:
             run.done = True
             self._active.discard(run)
             fired = run.fired
@@ -159,18 +165,17 @@ class JobTimer:
 
     def _loop(self) -> None:
         while not self._stopped.is_set():
-            due = self._next_due()
-            if due is None:
-                continue
-            hard, run = due
             try:
-                if hard:
-                    self._overran(run)
+                overran = self._next_due()
+                if overran is not None:
+                    self._overran(overran)
             except BaseException as exc:  # noqa: BLE001 - the timer outlives any one job
-                log.error("job_timer.error", jid=run.jid, error=threads.describe(exc))
+                log.error("job_timer.error", error=threads.describe(exc))
+                self._stopped.wait(0.05)  # no spin if the same entry keeps failing
 
-    def _next_due(self) -> tuple[bool, Run] | None:
-        """Wait for the next deadline; the soft kind is fired here, under the lock."""
+    def _next_due(self) -> Run | None:
+        """Wait for the next deadline and fire it (under the lock); a run past its hard
+        limit is returned for :meth:`_overran`."""
         with self._cond:
             if not self._heap:
                 self._cond.wait(1.0)
@@ -185,7 +190,7 @@ class JobTimer:
             if run.done:
                 return None
             self._fire(run, hard)
-            return (True, run) if hard else None
+            return run if hard else None
 
     def _fire(self, run: Run, hard: bool) -> None:
         """Raise JobTimeout in the run's thread, once; the lock is held, so not after ``_end``."""
