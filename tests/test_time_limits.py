@@ -31,8 +31,8 @@ from wurk.runtime.job_timer import JobTimer
 from wurk.runtime.launcher import Launcher
 from wurk.runtime.retry import RetryHandler
 from wurk.runtime.time_limits import JobTimeout, Limits, read
-from wurk.settings.config import Config
 from wurk.runtime.work import UnitOfWork
+from wurk.settings.config import Config
 from wurk.wire.payload import new_jid
 
 Define = Callable[..., JobFunction[..., Any]]
@@ -117,7 +117,7 @@ def test_a_job_fetched_past_its_expiry_is_acknowledged_unrun(
         config: Config, r: redis.Redis, define: Define,
         launch: Callable[..., Launcher]) -> None:
     runs: list[str] = []
-    job = define(lambda tag: runs.append(tag))
+    job = define(runs.append)
     job.set(expires_at=time.time() - 2).perform_async("late")
     job.set(expires_in=60).perform_async("fresh")
     with capture_logs() as logs:
@@ -282,7 +282,8 @@ def test_no_job_timeout_ever_reaches_the_next_job_on_the_thread() -> None:
     try:
         for _ in range(400):
             seconds = limit * rng.uniform(0.5, 3.0)
-            outcome = timer.run("slot", work, {"jid": "j"}, None, limits=Limits(timeout=limit), call=lambda s=seconds: busy(s))
+            outcome = timer.run("slot", work, {"jid": "j"}, None, limits=Limits(timeout=limit),
+                                call=lambda s=seconds: busy(s))
             outcomes["timeout" if isinstance(outcome, JobTimeout) else "ok"] += 1
             busy(0.001)  # the "next job": plenty of bytecodes for a stray delivery
     finally:

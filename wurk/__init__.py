@@ -9,8 +9,8 @@ from wurk.push.buffered import PushBufferFullError
 from wurk.push.client import Client
 from wurk.push.confirmed import PushNotConfirmedError
 from wurk.push.job import Job, JobFunction, UnknownJobError, job, registry
+from wurk.push.time_options import JobTimeout
 from wurk.runtime import forking  # noqa: F401 - registers the after-fork resets
-from wurk.runtime.time_limits import JobTimeout
 from wurk.settings.config import Config, ConfigError, configure, default_config
 from wurk.version import __version__
 from wurk.wire.payload import ArgumentError

@@ -9,7 +9,8 @@ Duties:
 2. Turn absolute times (an epoch or an aware datetime) into epoch seconds,
    and keep ``expires_in`` and ``expires_at`` exclusive: setting one clears
    the other inherited from the class.
-3. Stamp Sidekiq Pro's ``expiry`` field at push time (:func:`stamp_expiry`):
+3. Define :class:`JobTimeout` (``wurk.JobTimeout``), which the worker raises.
+4. Stamp Sidekiq Pro's ``expiry`` field at push time (:func:`stamp_expiry`):
    the run time (now, or the scheduled time) plus ``expires_in``.
 """
 
@@ -23,6 +24,22 @@ from typing import Any
 MAX_DURATION = 1_000_000_000.0
 # Epoch seconds beyond this (year 5138) are garbage, not a time.
 MAX_EPOCH = 1e11
+
+
+class JobTimeout(BaseException):
+    """A job ran past its ``timeout`` (raised inside it) or its ``hard_timeout``.
+
+    A BaseException, as asyncio's CancelledError is: library code's ``except
+    Exception`` must not swallow a time limit. ``finally`` blocks still run.
+    """
+
+    def __init__(self, message: str = "job ran past its time limit", *,
+                 seconds: float | None = None, hard: bool = False) -> None:
+        super().__init__(message)
+        self.seconds = seconds
+        self.hard = hard
+
+
 DURATIONS = ("expires_in", "timeout", "hard_timeout")
 MOMENTS = ("expires_at", "deadline")
 

@@ -1,7 +1,8 @@
 """Time limits as a worker reads them: expiry, soft and hard limits, the retry deadline.
 
 Duties:
-1. :class:`JobTimeout`, what a job past its limit raises (``wurk.JobTimeout``).
+1. :class:`JobTimeout` (defined beside the options, so ``import wurk``
+   loads no worker runtime for it), what a job past its limit raises.
 2. :func:`read`: a job's limits, from its payload first (``expiry``,
    ``timeout``, ``hard_timeout``, ``deadline``, as a push wrote them) and
    its registered options second. A payload value that is not a usable
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from wurk.core.logging import get_logger
 from wurk.observe import metrics
-from wurk.push.time_options import MAX_DURATION, MAX_EPOCH
+from wurk.push.time_options import MAX_DURATION, MAX_EPOCH, JobTimeout
 
 if TYPE_CHECKING:
     from wurk.push.options import JobOptions
@@ -34,20 +35,7 @@ if TYPE_CHECKING:
     from wurk.settings.config import Config
 
 log = get_logger("wurk.time_limits")
-
-
-class JobTimeout(BaseException):
-    """A job ran past its ``timeout`` (raised inside it) or its ``hard_timeout``.
-
-    A BaseException, as asyncio's CancelledError is: library code's ``except
-    Exception`` must not swallow a time limit. ``finally`` blocks still run.
-    """
-
-    def __init__(self, message: str = "job ran past its time limit", *,
-                 seconds: float | None = None, hard: bool = False) -> None:
-        super().__init__(message)
-        self.seconds = seconds
-        self.hard = hard
+__all__ = ["NONE", "JobTimeout", "Limits", "deadline_of", "drop_expired", "past_deadline", "read"]
 
 
 @dataclass(frozen=True)
