@@ -9,6 +9,7 @@ parent's reading of the child's notes is tested in process.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import textwrap
 import time
@@ -29,6 +30,7 @@ from supervisor.children import Child
 from supervisor.topology import parse
 from wurk.cli import EX_OVERRAN
 from wurk.push.job import JobFunction
+from wurk.runtime.embedded import Embedded
 from wurk.runtime.launcher import Launcher
 from wurk.settings.config import Config
 from wurk.wire.payload import new_jid
@@ -117,6 +119,28 @@ def test_a_launcher_settles_an_overrun_as_a_timeout_and_recycles(
     wait_for(lambda: finished == ["short"] and launcher.manager.in_flight.busy() == 0,
              timeout=5)
     assert r.zcard("retry") == 1 and r.zcard("dead") == 0
+
+
+def test_an_embedded_worker_settles_an_overrun_and_carries_on(
+        config: Config, r: redis.Redis, define: Define) -> None:
+    seen: list[BaseException] = []
+    observed = dataclasses.replace(config, error_handlers=[lambda exc, _ctx: seen.append(exc)])
+    runs: list[int] = []
+
+    def spin() -> None:
+        while True:
+            pass
+
+    jid = define(spin, hard_timeout=0.3).perform_async()
+    embedded = Embedded(observed).start()
+    try:
+        wait_for(lambda: retried(r, str(jid)) is not None, timeout=10)
+        define(lambda: runs.append(1)).perform_async()
+        wait_for(lambda: runs == [1], timeout=10)
+        assert embedded.launcher is not None and not embedded.launcher.stopped.is_set()
+        assert [type(e).__name__ for e in seen] == ["JobTimeout"]
+    finally:
+        embedded.stop()
 
 
 # -- the parent's notes ----------------------------------------------------------

@@ -241,6 +241,12 @@ class JobTimer:
     def _plan(self, run: Run, failure: JobTimeout) -> Settlement:
         try:
             job = loads_job(run.work.raw)  # the payload as fetched, not as the job left it
+            for handler in self.config.error_handlers:
+                try:
+                    handler(failure, {"job": job, "queue": run.work.queue})
+                except BaseException as hook_error:  # noqa: BLE001
+                    log.warning("error_handler.failed", error=threads.describe(hook_error),
+                                jid=run.jid)
             return self.retry.plan(job, run.work.queue, failure, run.options)
         except Exception as exc:  # noqa: BLE001 - unreadable after all: to dead, raw
             log.error("retry.unrecordable", jid=run.jid, error=threads.describe(exc))

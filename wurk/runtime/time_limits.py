@@ -66,7 +66,8 @@ def _number(value: Any, ceiling: float) -> float | None:
 def read(job: dict[str, Any], options: JobOptions | None) -> Limits:
     """The job's limits; the common job with none set pays three dict lookups."""
     found = [job.get(name) for name in _FIELDS]
-    if options is None and found == [None, None, None]:
+    if found == [None, None, None] and (
+            options is None or (options.timeout is None and options.hard_timeout is None)):
         return NONE
     values: list[float | None] = []
     bad: list[str] = []
