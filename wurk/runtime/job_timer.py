@@ -131,14 +131,19 @@ class JobTimer:
         # The plain lock (a C-level with) on the job thread's side: a JobTimeout
         # landing in a Python-level __enter__/__exit__ could leave it held.
         with self._lock:
+            self._compact()
+            head = self._heap[0][0] if self._heap else None
             if run.limits.timeout is not None:
                 heapq.heappush(self._heap, (now + run.limits.timeout, next(self._seq), False, run))
             if run.limits.hard_timeout is not None:
                 heapq.heappush(self._heap, (now + run.limits.hard_timeout, next(self._seq),
                                             True, run))
             self._active.add(run)
-            self._cond.notify()
-            self._start_thread()
+            # The timer sleeps until the earliest deadline: wake it only if that moved.
+            if head is None or self._heap[0][0] < head:
+                self._cond.notify()
+            if self._thread is None:  # once: wurk.core.threads restarts it if it dies
+                self._start_thread()
         if run.limits.hard_timeout is not None:
             self._note_start(run)
 
@@ -154,8 +159,7 @@ class JobTimer:
 
     # -- the timer thread -----------------------------------------------------
     def _start_thread(self) -> None:
-        if self._thread is None or not self._thread.is_alive():
-            self._thread = threads.start("job-timer", self._loop, stopped=self._stopped.is_set,
+        self._thread = threads.start("job-timer", self._loop, stopped=self._stopped.is_set,
                                          name="wurk-job-timer")
 
     def stop(self) -> None:
@@ -204,8 +208,9 @@ class JobTimer:
             log.warning("job.timeout", jid=run.jid, queue=run.work.queue, timeout=seconds)
 
     def _compact(self) -> None:
-        # Runs that ended leave their entries behind; drop them before they pile up.
-        if len(self._heap) > 64 and len(self._heap) > 4 * len(self._active):
+        # Runs that ended leave their entries behind (long limits, short jobs):
+        # rebuilt once they outnumber live ones 4 to 1, so the cost stays O(1) a job.
+        if len(self._heap) > 64 and len(self._heap) > 8 * len(self._active):
             self._heap = [e for e in self._heap if not e[3].done]
             heapq.heapify(self._heap)
 

@@ -65,10 +65,10 @@ def _number(value: Any, ceiling: float) -> float | None:
 
 def read(job: dict[str, Any], options: JobOptions | None) -> Limits:
     """The job's limits; the common job with none set pays three dict lookups."""
-    found = [job.get(name) for name in _FIELDS]
-    if found == [None, None, None] and (
-            options is None or (options.timeout is None and options.hard_timeout is None)):
+    if ("expiry" not in job and "timeout" not in job and "hard_timeout" not in job
+            and (options is None or (options.timeout is None and options.hard_timeout is None))):
         return NONE
+    found = [job.get(name) for name in _FIELDS]
     values: list[float | None] = []
     bad: list[str] = []
     for name, value in zip(_FIELDS, found, strict=True):
