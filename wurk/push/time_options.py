@@ -107,10 +107,10 @@ def stamp_expiry(payload: dict[str, Any], run_at: float | None, now: float) -> N
     """Sidekiq Pro's rule: ``expiry`` = when the job is due (now or its ``at``) + expires_in.
 
     A payload that already has an ``expiry`` (a scheduled job being
-    promoted, or a push that gave ``expires_at``) keeps it.
+    promoted, a push that gave ``expires_at``, a Sidekiq Pro job, which
+    carries both fields) is left exactly as it is.
     """
-    expires_in = payload.pop("expires_in", None)
-    if expires_in is None or "expiry" in payload:
+    if "expiry" in payload or "expires_in" not in payload:
         return
-    seconds = duration("expires_in", expires_in)
+    seconds = duration("expires_in", payload.pop("expires_in"))
     payload["expiry"] = (now if run_at is None else run_at) + seconds
