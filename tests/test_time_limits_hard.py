@@ -30,6 +30,7 @@ from supervisor.children import Child
 from supervisor.topology import parse
 from wurk.cli import EX_OVERRAN
 from wurk.push.job import JobFunction
+from wurk.redis.pools import close_pool
 from wurk.runtime.embedded import Embedded
 from wurk.runtime.launcher import Launcher
 from wurk.settings.config import Config
@@ -159,6 +160,32 @@ def test_the_parent_reads_notes_and_ignores_garbage(tmp_path: Path) -> None:
     assert overrun.overran([child], 11 + overrun.GRACE - 0.1) == []
     assert overrun.overran([child], 11 + overrun.GRACE) == [child]
     assert child.overran == {"j2": "q"}
+
+
+def test_a_lost_end_note_kills_no_healthy_child_and_a_settle_runs_once(
+        tmp_path: Path, r: redis.Redis, redis_server: Any) -> None:
+    document = {"wurk": {"redis_url": redis_server.url}, "slot": [{"name": "a"}]}
+    child = Child(parse(document, tmp_path / "t.toml").slots[0], 0, 1, None,
+                  identity="host:1:abc")
+    config = child.slot.config
+    held = json.dumps({"class": "nap", "args": [1], "jid": "held1", "queue": "q",
+                       "retry": True, "created_at": time.time()})
+    r.lpush("wurk:wip:host:1:abc:q", held)
+    child.deadlines = {"held1": ("q", 0.0), "ended1": ("q", 0.0)}
+    # "ended1" is in no private list: its "-" note was lost, so it is forgotten.
+    try:
+        assert overrun.overran([child], 100.0) == [child]
+    finally:
+        close_pool(config)
+    assert child.overran == {"held1": "q"} and "ended1" not in child.deadlines
+    try:
+        overrun.settle_overran(config, "host:1:abc", child.overran)
+        overrun.settle_overran(config, "host:1:abc", child.overran)
+    finally:
+        close_pool(config)
+    assert r.llen("wurk:wip:host:1:abc:q") == 0
+    [entry] = [json.loads(m) for m in r.zrange("retry", 0, -1)]
+    assert (entry["jid"], entry["error_class"], entry["retry_count"]) == ("held1", "JobTimeout", 0)
 
 
 # -- a real swarm ----------------------------------------------------------------

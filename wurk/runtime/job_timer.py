@@ -209,7 +209,7 @@ class JobTimer:
 
     def _compact(self) -> None:
         # Runs that ended leave their entries behind (long limits, short jobs):
-        # rebuilt once they outnumber live ones 4 to 1, so the cost stays O(1) a job.
+        # rebuilt once they outnumber live runs 8 to 1, so the cost stays O(1) a job.
         if len(self._heap) > 64 and len(self._heap) > 8 * len(self._active):
             self._heap = [e for e in self._heap if not e[3].done]
             heapq.heapify(self._heap)
