@@ -9,8 +9,11 @@ parent's reading of the child's notes is tested in process.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import os
+import signal
 import textwrap
 import time
 from collections.abc import Callable, Iterator
@@ -232,6 +235,26 @@ def test_a_wedged_child_is_killed_and_its_job_is_a_timeout_failure(
     wait_for(lambda: r.get("k") == "1", timeout=20)
     assert r.zcard("wurk:suspects") == 0 and not r.exists(f"wurk:pill:{other}")
     assert r.zcard("dead") == 0 and r.zcard("retry") == 1
+
+
+def test_a_stopped_child_past_a_hard_limit_is_killed_and_its_job_fails(
+        launch: Launch, limit_jobs: None, r: redis.Redis) -> None:
+    swarm = launch(slot("w", concurrency=1, queues=["qs"], child_timeout=60),
+                   layout={"w": 1}, **SWARM)
+    first = swarm.wait_ready()[("w", 0)]["pid"]
+    jid = push_raw(r, "nap", 30, queue="qs", hard_timeout=1)
+    wait_for(lambda: r.llen("napping") == 1, timeout=10)
+    os.kill(first, signal.SIGSTOP)  # its own timer cannot act: the parent must
+    try:
+        swarm.wait_events("child.overran", timeout=20)
+        wait_for(lambda: retried(r, jid) is not None, timeout=10)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(first, signal.SIGCONT)
+    failed = retried(r, jid)
+    assert failed is not None and "KILLed" in failed["error_message"]
+    swarm.wait_ready(not_pids={first}, timeout=20)
+    assert r.llen("woke") == 0 and r.zcard("dead") == 0
 
 
 # -- wurk run ----------------------------------------------------------------
