@@ -16,7 +16,8 @@ Duties, in order:
    refusal that waiting cannot fix (a wrong password) exits with EX_BOOT.
 5. Start the launcher, tell the parent we are ready (our identity on the
    ready pipe), then keep that pipe open for the heartbeat's liveness
-   pulses (``supervisor.liveness``); keep the process title current, and
+   pulses (``supervisor.liveness``) and the job timer's hard deadlines
+   (``supervisor.overrun``); keep the process title current, and
    watch for orphaning, on two supervised threads (``wurk.core.threads``) that
    outlive any error.
 6. On TERM (or orphaning) drain within shutdown_timeout and leave with
@@ -39,6 +40,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 import setproctitle
 
+from supervisor import overrun
 from supervisor.exits import EX_BOOT, EX_CRASH, EX_OK
 from supervisor.liveness import pulser
 from wurk.core import logging as wlog
@@ -122,6 +124,7 @@ def _boot_and_work(slot: Slot, index: int, parent_pid: int, ready_fd: int,
     _send_ready(ready_fd, launcher.identity)
     # Only after the ready line, so the parent reads the identity first.
     launcher.heartbeat.on_pulse = pulser(ready_fd)
+    launcher.manager.processor.timer.report_to(overrun.notes_writer(ready_fd))
     stopped = launcher.stopped.is_set
     threads.start("title", lambda: _keep_title(launcher, slot.name, index), stopped=stopped)
     threads.start("orphan-guard", lambda: _orphan_guard(parent_pid, signals.writer, stopped),

@@ -54,6 +54,10 @@ class Child:
     retiring: bool = False
     # Monotonic time of the last byte on the ready pipe (the ready line, then pulses).
     last_pulse: float = field(default_factory=time.monotonic)
+    # Hard deadlines of its running jobs (jid -> (queue, monotonic time)), and
+    # the jobs it was KILLed for overrunning (jid -> queue): supervisor.overrun.
+    deadlines: dict[str, tuple[str, float]] = field(default_factory=dict)
+    overran: dict[str, str] = field(default_factory=dict)
 
     @property
     def ready(self) -> bool:

@@ -13,8 +13,9 @@ Duties:
    ignored: the parent reads every tick, and an orphan has no one to tell).
 2. Parent side: :func:`read_pipe` drains a child's pipe without blocking;
    any byte is a pulse (the first line is the identity the child sends when
-   it is ready). :func:`read_child` notes the pulse, closes the pipe at end
-   of file and hands back the identity when the ready line has just come.
+   it is ready). :func:`read_child` notes the pulse, hands the job timer's
+   notes to ``supervisor.overrun``, closes the pipe at end of file and
+   hands back the identity when the ready line has just come.
 3. :func:`hung` picks the ready children silent for longer than their slot's
    ``child_timeout`` (the supervise loop KILLs and replaces them), and
    :func:`all_fresh` says whether every ready child pulsed within
@@ -30,6 +31,8 @@ import contextlib
 import os
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
+
+from supervisor import overrun
 
 if TYPE_CHECKING:
     from supervisor.children import Child
@@ -74,6 +77,8 @@ def read_child(child: Child, now: float) -> str | None:
         return None
     if data:
         child.last_pulse = now
+        if b"\n" in data:
+            overrun.absorb(child, data)
     # Before its ready line a child may pulse too (waiting for Redis).
     line, newline, _ = data.lstrip(PULSE).partition(b"\n")
     if child.identity is None and newline and line.strip():

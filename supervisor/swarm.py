@@ -40,7 +40,7 @@ import time
 import traceback
 from typing import TYPE_CHECKING
 
-from supervisor import liveness, periodic, processes, status
+from supervisor import liveness, overrun, periodic, processes, status
 from supervisor.child_boot import MANAGED_SIGNALS
 from supervisor.children import Child, SlotState, all_ready, beyond_wanted, ready_fds, wanted
 from supervisor.exits import EX_BOOT
@@ -202,6 +202,9 @@ class Swarm:
             processes.stop(recycled, self.topology.shutdown_grace)
         processes.kill_overdue(self.children.values(), time.monotonic())
         processes.kill_hung(self.children.values(), time.monotonic())
+        alive = [c for c in self.children.values() if c.kill_at != processes.KILLED]
+        for child in overrun.overran(alive, time.monotonic()):
+            processes.kill(child)
         self.watchdog.report(self.children, self.slots, time.monotonic())
         self.title.show(self._state(), self.children, self.slots)
 
@@ -322,7 +325,7 @@ class Swarm:
         self.rolling.forget(child, self.children)
         if child.identity is not None:
             # Its jobs go back now, not when its heartbeat lapses; and it leaves processes.
-            self.reaped.add(child.identity, child.slot)
+            self.reaped.add(child.identity, child.slot, child.overran)
         if self._draining or child.retiring:
             return
         if not self.slots[child.slot.name].count_exit(

@@ -147,7 +147,8 @@ def statuses(program: str) -> set[int]:
 
 def test_the_documented_exit_statuses_are_the_codes_constants() -> None:
     assert statuses("`wurk-swarm`") == {0, EX_KILLED, EX_BOOT, swarm_cli.EX_CONFIG}
-    assert statuses("`wurk run`") == {0, wurk_cli.EX_CONFIG, wurk_cli.EX_SOFTWARE}
+    assert statuses("`wurk run`") == {0, wurk_cli.EX_CONFIG, wurk_cli.EX_SOFTWARE,
+                                      wurk_cli.EX_OVERRAN}
     assert statuses("swarm child") == {EX_OK, EX_BOOT, EX_CRASH}
     assert statuses("admin commands") == {0, admin.EX_FAILED, admin.EX_USAGE, admin.EX_CONFIG}
     for path in DOCS:

@@ -14,6 +14,7 @@ from wurk.push.client import Client
 from wurk.push.confirmed import PushNotConfirmedError
 from wurk.push.job import Job, JobFunction, UnknownJobError, job, registry
 from wurk.push.periodic import PeriodicError, periodic
+from wurk.push.time_options import JobTimeout
 from wurk.push.unique import UniqueKeyError
 from wurk.runtime import forking  # noqa: F401 - registers the after-fork resets
 from wurk.settings.config import Config, ConfigError, configure, default_config
@@ -33,6 +34,7 @@ __all__ = [
     "ConfigError",
     "Job",
     "JobFunction",
+    "JobTimeout",
     "Leader",
     "OverLimit",
     "PeriodicError",

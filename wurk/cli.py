@@ -36,6 +36,9 @@ from wurk.settings.flags import add_setting_flags, flag_values
 from wurk.version import __version__
 
 EX_SOFTWARE = 70
+# A job overran its hard_timeout: the process stopped so a fresh one takes over
+# (EX_TEMPFAIL: the process manager should start it again).
+EX_OVERRAN = 75
 EX_CONFIG = 78
 
 HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGTSTP, signal.SIGTTIN)
@@ -131,7 +134,7 @@ def _serve(launcher: Launcher, signals: SignalPipe) -> int:
         number = signals.next()
         if number in (signal.SIGTERM, signal.SIGINT):
             stop_before_exit(launcher)
-            return 0
+            return EX_OVERRAN if launcher.overran.is_set() else 0
         if number == signal.SIGTSTP:
             launcher.quiet()
         elif number == signal.SIGTTIN:

@@ -5,7 +5,8 @@ Duties:
 2. Time and count every job while metrics are on: counters
    ``wurk.jobs.processed`` and ``wurk.jobs.failed`` and the timing
    ``wurk.jobs.duration`` (ms), tagged with class and queue, in one datagram
-   per job. While they are off the job path gains nothing: the processor
+   per job; ``wurk.jobs.expired`` for a job dropped unrun past its
+   ``expiry``. While they are off the job path gains nothing: the processor
    wraps its run only when :func:`for_config` returns a :class:`Metrics`.
    A job a limiter rescheduled counts as processed, not failed, and once in
    ``wurk.jobs.overlimit`` (class and queue tags).
@@ -54,6 +55,7 @@ PROCESSED = "wurk.jobs.processed"
 FAILED = "wurk.jobs.failed"
 DURATION = "wurk.jobs.duration"
 OVER_LIMIT = "wurk.jobs.overlimit"
+EXPIRED = "wurk.jobs.expired"
 QUEUE_LATENCY = "wurk.queue.latency"
 PROCESS_RSS = "wurk.process.rss"
 # DogStatsD's advice for UDP: stay under one Ethernet frame's payload.
@@ -176,6 +178,7 @@ class Totals:
         self.jobs: dict[tuple[str, str], list[float]] = {}  # [processed, failed, seconds]
         self.over_limit: dict[tuple[str, str], int] = {}
         self.gauges: dict[tuple[str, Tags], float] = {}
+        self.expired: dict[tuple[str, str], int] = {}
 
     def job(self, cls: str, queue: str, seconds: float, failed: bool) -> None:
         with self._lock:
@@ -187,6 +190,10 @@ class Totals:
     def count_over_limit(self, cls: str, queue: str) -> None:
         with self._lock:
             self.over_limit[(cls, queue)] = self.over_limit.get((cls, queue), 0) + 1
+
+    def expire(self, cls: str, queue: str) -> None:
+        with self._lock:
+            self.expired[(cls, queue)] = self.expired.get((cls, queue), 0) + 1
 
     def gauge(self, name: str, value: float, tags: Tags) -> None:
         with self._lock:
@@ -200,6 +207,8 @@ class Totals:
             gauges = sorted(self.gauges.items())
             over = sorted((_labels((("class", c), ("queue", q))), n)
                           for (c, q), n in self.over_limit.items())
+            expired = sorted((_labels((("class", c), ("queue", q))), n)
+                             for (c, q), n in self.expired.items())
         lines = _family("wurk_jobs_processed_total", "counter", "Jobs run, failed or not.",
                         [("", labels, int(row[0])) for labels, row in jobs])
         lines += _family("wurk_jobs_failed_total", "counter", "Jobs that raised.",
@@ -210,6 +219,8 @@ class Totals:
         lines += _family("wurk_jobs_overlimit_total", "counter",
                          "Jobs rescheduled because a limiter refused them.",
                          [("", labels, n) for labels, n in over])
+        lines += _family("wurk_jobs_expired_total", "counter", "Jobs dropped unrun past expiry.",
+                         [("", labels, n) for labels, n in expired])
         for name, (metric, help_text) in self.GAUGES.items():
             lines += _family(metric, "gauge", help_text,
                              [("", _labels(tags), value)
@@ -264,6 +275,12 @@ class Metrics:
             self.sender.send(self._line(OVER_LIMIT, 1, "c", tags).encode())
         if self.totals is not None:
             self.totals.count_over_limit(cls, queue)
+    def expired(self, cls: str, queue: str) -> None:
+        if self.sender is not None:
+            self.sender.send(self._line(EXPIRED, 1, "c", (("class", cls), ("queue", queue)))
+                             .encode())
+        if self.totals is not None:
+            self.totals.expire(cls, queue)
 
     def gauges(self, values: Sequence[Gauge]) -> None:
         if self.sender is not None:

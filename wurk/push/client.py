@@ -33,6 +33,7 @@ from wurk.push.buffered import PendingPush, PushBuffer
 from wurk.push.confirmed import ConfirmedPush, ConfirmedWriter, PushNotConfirmedError, QueuedJob
 from wurk.push.spool import Destination
 from wurk.push.spool_drain import drain_at_start
+from wurk.push.time_options import stamp_expiry
 from wurk.redis.pools import pool_for
 from wurk.settings.config import Config, default_config
 from wurk.settings.hooks import ClientMiddleware
@@ -181,6 +182,7 @@ class Client:
         payload.setdefault("jid", new_jid())
         payload.setdefault("created_at", now_stamp(self.config.timestamps, now))
         run_at = self._run_at(item.get("at"), now)
+        stamp_expiry(payload, run_at, now)
         if run_at is None:
             payload["enqueued_at"] = now_stamp(self.config.timestamps, now)
         else:

@@ -5,7 +5,8 @@ Duties:
    retry_for, profile, unique_for and unique_until, and the process-side
    hooks retry_in, retries_exhausted and unique_key) as one frozen value.
 2. Check option values when they are given, with a TypeError that names
-   the option (``make_options``).
+   the option (``make_options``); the time options (expiry, time limits,
+   deadline) through :mod:`wurk.push.time_options`.
 3. Give the options that travel in the payload (``payload_fields``).
 """
 
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from wurk.observe.profiler import DEFAULT_TOKEN
-from wurk.push import unique
+from wurk.push import time_options, unique
 
 # Options that travel in the payload when set (Sidekiq's sidekiq_options).
 PAYLOAD_OPTIONS = ("queue", "retry", "backtrace", "dead", "retry_queue", "tags", "retry_for",
@@ -41,6 +42,13 @@ class JobOptions:
     # ("success" when None, sent only when it is another).
     unique_for: int | float | None = None
     unique_until: str | None = None
+    # Time options (wurk.push.time_options): seconds, or epoch seconds for the
+    # absolute ones; sent as "expiry", "timeout", "hard_timeout", "deadline".
+    expires_in: float | None = None
+    expires_at: float | None = None
+    timeout: float | None = None
+    hard_timeout: float | None = None
+    deadline: float | None = None
     # Not sent: server-side hooks (Sidekiq's sidekiq_retry_in and
     # sidekiq_retries_exhausted blocks).
     retry_in: RetryIn | None = field(default=None, compare=False)
@@ -58,6 +66,7 @@ class JobOptions:
             fields["unique_until"] = self.unique_until
         if self.profile:
             fields["profile"] = DEFAULT_TOKEN if self.profile is True else self.profile
+        fields.update(time_options.payload_fields(self))
         return fields
 
 
@@ -78,4 +87,5 @@ def make_options(base: JobOptions | None = None, **changes: Any) -> JobOptions:
     queue = changes.get("queue", "default")
     if not isinstance(queue, str) or not queue:
         raise TypeError(f"queue must be a non-empty string, got {queue!r}")
+    time_options.check_changes(changes, base)
     return replace(base or JobOptions(), **changes)

@@ -4,6 +4,8 @@ No fork and no signal handlers: the host owns both. ``start`` registers the
 drain at exit *before* it brings anything up, so a start that fails halfway
 still stops what it started; ``stop`` drains within shutdown_timeout.
 Suited to small apps; use ``wurk-swarm`` when jobs need their own processes.
+A job past its ``hard_timeout`` is settled as failed, but the worker is not
+recycled (nothing would restart it): its thread is lost until the job returns.
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ class Embedded:
         with self._lock:
             if self.launcher is None:
                 self.launcher = Launcher(self.config, extra_info={"embedded": True})
+                # Nothing would start a new worker here: a job past its hard
+                # limit is settled as failed, and the worker carries on.
+                self.launcher.manager.processor.timer.on_overrun = None
                 self.launcher.start()
         log.info("embedded.started", identity=self.launcher.identity)
         return self

@@ -6,7 +6,8 @@ holds. They sit below all three so the path of a job never climbs back up.
 
 Duties:
 1. :class:`InFlightTable`: which processor slot runs which job since when,
-   and which runs a stop abandoned (their late outcome is dropped).
+   and which runs a stop abandoned or the job timer took over past their
+   hard limit (their late outcome is dropped).
 2. :class:`Counters`: processed and failed executions between heartbeats,
    taken atomically and given back when a beat fails.
 """
@@ -88,6 +89,19 @@ class InFlightTable:
         with self._lock:
             running = self._slots.get(slot)
         return running is not None and running.abandoned
+
+    def take_over(self, slot: str, work: UnitOfWork) -> Running | None:
+        """Mark the slot's job taken (as a stop would), if it still runs ``work``.
+
+        The job timer settles a job past its hard limit itself; whatever the
+        job then returns with is dropped, and a stop does not requeue it.
+        """
+        with self._lock:
+            running = self._slots.get(slot)
+            if running is None or running.work is not work or running.abandoned:
+                return None
+            running.abandoned = True
+            return running
 
     def wait_abandoned(self, slot: str, timeout: float) -> bool:
         """Wait up to ``timeout`` for a hard stop; whether it took the slot's job."""

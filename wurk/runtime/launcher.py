@@ -21,7 +21,9 @@ Duties:
    lists (the reaper or the swarm parent gives them back later) and the
    process still exits on time.
 4. Route remote signals from the heartbeat: TSTP quiets, TERM asks the
-   owner to stop (via ``on_stop_request``), TTIN dumps thread stacks.
+   owner to stop (via ``on_stop_request``), TTIN dumps thread stacks. A job
+   past its hard limit asks the same way (``recycle``), and ``overran``
+   tells the owner why it stopped.
 5. :func:`stop_before_exit`, for a process that exits after the stop
    (``wurk run``, a swarm child): stop, then send or spool what the push
    buffers still hold, both within the same drain deadline.
@@ -84,6 +86,9 @@ class Launcher:
         self._index = int((extra_info or {}).get("index", 0))
         self.on_stop_request = on_stop_request
         self.stopped = threading.Event()
+        # Set when a job overran its hard limit and the process recycles itself.
+        self.overran = threading.Event()
+        self.manager.processor.timer.on_overrun = self.recycle
 
     @property
     def identity(self) -> str:
@@ -157,6 +162,15 @@ class Launcher:
             recover(self.config, self.identity, died=False)
         except Exception as exc:  # noqa: BLE001 - the reaper elsewhere will do it later
             log.error("launcher.release_failed", error=f"{type(exc).__name__}: {exc}")
+
+    def recycle(self) -> None:
+        """A job overran its hard limit: stop as a TERM would, so the other running
+        jobs finish or go back, and a fresh process takes over (the owner says how)."""
+        if self.overran.is_set():
+            return
+        self.overran.set()
+        log.warning("launcher.recycling", identity=self.identity, reason="hard_timeout")
+        self._remote_signal("TERM")
 
     def _remote_signal(self, name: str) -> None:
         if name == "TSTP":

@@ -124,6 +124,7 @@ class Manager:
             thread.join(max(0.0, deadline - time.monotonic()))
         leftovers = self.in_flight.abandon_all()
         requeued = self._requeue(leftovers)
+        self.processor.timer.stop()
         self.fetch.stop()
         self._drain_fetches()
         return requeued

@@ -4,7 +4,8 @@ Duties, in order, for each job:
 1. Parse, or kill: a payload that is not a job object (not JSON, NaN or an
    overflowing number, nested too deep to decode, no class or args) goes to
    ``dead`` as the raw string, with no retry and no failure count (as
-   Sidekiq does).
+   Sidekiq does). A job fetched past its ``expiry`` is acknowledged unrun
+   (``wurk.runtime.time_limits``).
 2. Resolve the class through the registry only; an unknown name is an
    ordinary failure, so it retries and finally dies.
 3. Run it inside the server middleware chain, timing it and logging one line
@@ -13,6 +14,8 @@ Duties, in order, for each job:
    (``wurk.observe.metrics``). With both off the run path is unchanged. Whatever the
    job or its middleware raises, ``SystemExit`` and ``KeyboardInterrupt``
    included, is the job's failure: nothing a job does ends the thread.
+   A job with a ``timeout`` or ``hard_timeout`` runs under the process's
+   job timer (``wurk.runtime.job_timer``).
 4. On success: count it and acknowledge it. On failure: count it, call the
    error handlers, let the retry handler say where it goes, and settle it:
    the removal of this run's claimed copy and the write of its retry or dead
@@ -49,7 +52,8 @@ from wurk.core.threads import describe
 from wurk.limiter.base import reschedulable
 from wurk.observe import metrics, profiler
 from wurk.push.job import Registered, Registry, UnknownJobError
-from wurk.runtime import middleware, overlimit, settle, unique
+from wurk.runtime import middleware, overlimit, settle, time_limits, unique
+from wurk.runtime.job_timer import JobTimer
 from wurk.runtime.retry import RetryHandler
 from wurk.runtime.work import Settlement
 from wurk.wire.payload import PayloadError, loads_job
@@ -72,6 +76,8 @@ class Processor:
         self.counters = counters
         self.in_flight = in_flight
         self.retry = RetryHandler(config)
+        # Soft and hard time limits; its thread starts with the first bounded job.
+        self.timer = JobTimer(config, fetch, in_flight, counters, self.retry)
         # Metrics on: every run is timed and counted. Off: the plain method, nothing added.
         observed = metrics.for_config(config)
         self._run_job: RunJob = self._run if observed is None else observed.timed(self._run)
@@ -89,13 +95,26 @@ class Processor:
         # Anything raised past here is a bug of ours, not the job's: the slot
         # stays recorded, and the manager's guard gives its job back.
         entry = self.registry.find(job["class"])
+        limits = time_limits.read(job, entry.options if entry else None)
+        if limits.expiry is not None and self._expired(job, work, slot, limits.expiry):
+            return
         unique.started(self.config, job)
-        failure = self._execute(job, work.queue, entry)
+        failure = (self.timer.run(slot, work, job, entry.options if entry else None,
+                                  limits=limits, call=lambda: self._execute(job, work.queue, entry))
+                   if limits.bounded else self._execute(job, work.queue, entry))
         if failure is None:
             self._succeeded(job, work, slot)
         else:
             self._failed(job, work, slot, failure, entry)
             self.in_flight.finish(slot)
+
+    def _expired(self, job: dict[str, Any], work: UnitOfWork, slot: str, expiry: float) -> bool:
+        if not time_limits.drop_expired(self.config, job, work, self.fetch, self.counters,
+                                           expiry=expiry):
+            return False
+        self.in_flight.finish(slot)
+        unique.finished(self.config, job, "dropped")  # never ran: a new push may go ahead
+        return True
 
     def _execute(self, job: dict[str, Any], queue: str,
                  entry: Registered | None) -> BaseException | None:

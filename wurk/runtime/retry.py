@@ -11,7 +11,10 @@ Duties:
    :class:`wurk.runtime.settle.Settlement`: a retry entry, a dead entry with
    Sidekiq's size and age caps, or dropped) and run the death handlers; the
    processor writes it together with the removal of the job's claimed copy.
-5. Read whatever a payload carries without crashing: a ``retry_count`` that
+5. Past a job's ``deadline`` no retry is attempted: a failure whose next
+   run would start after it goes to dead (or is dropped with
+   ``dead: false``), as if its retries were exhausted.
+6. Read whatever a payload carries without crashing: a ``retry_count`` that
    is null, false or missing is a first failure (as in Sidekiq); one that is
    not a count ("abc", true, 2.5) sends the job to ``dead`` with the reason
    in ``error_message``; a ``backtrace`` that is not true or a number is
@@ -35,6 +38,7 @@ from wurk.core.logging import get_logger
 from wurk.core.threads import describe
 from wurk.redis.pools import pool_for
 from wurk.runtime.settle import write
+from wurk.runtime.time_limits import deadline_of, past_deadline
 from wurk.runtime.work import Settlement
 from wurk.wire import keys
 from wurk.wire.payload import dumps, now_stamp, score, to_seconds
@@ -195,7 +199,15 @@ class RetryHandler:
             return self._exhaust(job, exc, options, now)
         if custom == "discard":
             return Settlement("dropped")
-        delay = retry_delay(job["retry_count"], self.rng, _finite(custom))
+        return self._retry(job, exc, options, now,
+                           retry_delay(job["retry_count"], self.rng, _finite(custom)))
+
+    def _retry(self, job: dict[str, Any], exc: BaseException, options: JobOptions | None,
+               now: float, delay: float) -> Settlement:
+        """A retry entry, unless the retry would run after the job's deadline."""
+        if past_deadline(deadline_of(job, options), now + delay):
+            log.info("retry.past_deadline", jid=job.get("jid"), deadline=job.get("deadline"))
+            return self._exhaust(job, exc, options, now)
         return Settlement("retry", dumps(job), now + delay)
 
     def _stamp(self, job: dict[str, Any], queue: str, exc: BaseException, now: float,
