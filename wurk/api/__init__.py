@@ -14,6 +14,8 @@ Modules, one concern each:
 - ``swarms``: :class:`SwarmSet`, :class:`SwarmProcess`: live ``wurk-swarm``
   parents and remote control of a whole swarm.
 - ``workers``: :class:`Workers`, the jobs running now.
+- ``paging``: one page of a queue or set, and searches that never read a
+  big key whole (the dashboard's data).
 - ``errors``: the lookup and control errors callers catch.
 
 Apply-safety: every read is declared idempotent to the pool; every write
@@ -28,11 +30,12 @@ from wurk.api.errors import (
     UnknownProcessError,
     UnknownQueueError,
 )
+from wurk.api.paging import Page, entry_key, find_entry, queue_page, search_set, set_page
 from wurk.api.processes import Process, ProcessSet
 from wurk.api.queue import Queue
 from wurk.api.records import JobRecord
 from wurk.api.sorted_sets import DeadSet, RetrySet, ScheduledSet, SortedSet
-from wurk.api.stats import History, Stats
+from wurk.api.stats import History, Stats, redis_info
 from wurk.api.swarms import SwarmProcess, SwarmSet, UnknownSwarmError
 from wurk.api.workers import Work, WorkEntry, Workers
 
@@ -42,6 +45,7 @@ __all__ = [
     "JobKilledError",
     "JobNotFoundError",
     "JobRecord",
+    "Page",
     "Process",
     "ProcessControlError",
     "ProcessSet",
@@ -59,4 +63,10 @@ __all__ = [
     "Work",
     "WorkEntry",
     "Workers",
+    "entry_key",
+    "find_entry",
+    "queue_page",
+    "redis_info",
+    "search_set",
+    "set_page",
 ]
