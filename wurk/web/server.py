@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import signal
 import socket
 import sys
 
@@ -67,6 +68,10 @@ def serve(config: Config, args: argparse.Namespace) -> int:
           f"{' (read-only)' if args.read_only else ''}", flush=True)
     server = uvicorn.Server(uvicorn.Config(application, log_level="warning", access_log=False,
                                            lifespan="off"))
+    # uvicorn re-raises the signal that stopped it once it has shut down;
+    # a no-op handler turns that into a normal exit with status 0.
+    for number in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(number, lambda *_: None)
     with sock:
         server.run(sockets=[sock])
     return 0
