@@ -8,7 +8,8 @@ Jinja2, uvicorn, a2wsgi); ``import wurk`` never imports this package.
 Duties:
 1. :func:`app` / :func:`wsgi_app`: the public entry points, which check the
    extra is installed and name it when it is not (:class:`MissingExtraError`).
-2. Modules: ``application`` (routes and middleware), ``security`` (basic
+2. Modules: ``application`` (routes and errors), ``site`` (rendering and
+   the view wrappers), ``security`` (basic
    auth, CSRF, read-only, headers), ``present`` (how jobs, times and numbers
    are shown), ``views_*`` (one module per page group), ``server`` (the
    ``wurk web`` command), ``templates/`` and ``static/`` (shipped in the wheel).

@@ -21,7 +21,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from wurk.api import ProcessControlError, ProcessSet, Workers
-from wurk.web.application import Site, action, page, redirect
+from wurk.web.site import Site, action, page, redirect
 
 
 def busy(request: Request, site: Site) -> Response:

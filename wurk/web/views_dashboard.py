@@ -18,7 +18,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from wurk.api import History, Stats, redis_info
-from wurk.web.application import Site, page
+from wurk.web.site import Site, page
 
 HISTORY_DAYS = (7, 30, 90, 180)
 

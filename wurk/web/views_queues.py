@@ -21,7 +21,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from wurk.api import JobRecord, Queue, queue_page
-from wurk.web.application import Site, action, page, redirect
+from wurk.web.site import Site, action, page, redirect
 
 PER_PAGE = 25
 MAX_QUEUE_NAME = 1024

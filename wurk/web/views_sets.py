@@ -30,7 +30,7 @@ from starlette.routing import Route
 
 from wurk.api import DeadSet, RetrySet, ScheduledSet, SortedEntry, SortedSet
 from wurk.api.paging import entry_key, find_entry, search_set, set_page
-from wurk.web.application import Site, action, page, redirect
+from wurk.web.site import Site, action, page, redirect
 from wurk.web.views_queues import page_number
 
 PER_PAGE = 25
