@@ -93,7 +93,7 @@ def ruby_process(config: Config, identity: str = RUBY_IDENTITY) -> None:
         ("SADD", "processes", identity),
         ("HSET", identity, "info", json.dumps(info), "busy", 1, "beat", now, "quiet", "false",
          "rss", 204800),
-        ("EXPIRE", identity, 60),
+        ("EXPIRE", identity, 600),
         ("HSET", f"{identity}:workers", "tid-ruby1", json.dumps(work)),
-        ("EXPIRE", f"{identity}:workers", 60),
+        ("EXPIRE", f"{identity}:workers", 600),
     ])
