@@ -75,7 +75,7 @@ def test_dashboard_totals_history_and_live_rates(page: Any, stack: Stack) -> Non
     assert page.locator("dl.info").inner_text().count("Version") == 1
     # The live graph polls every second: two polls give a rate.
     stack.client().incrby("stat:processed", 50)
-    wait_until(lambda: page.locator('[data-rate="processed"]').inner_text() != "–")
+    wait_until(lambda: page.locator('[data-rate="processed"]').inner_text() != "\u2013")
     wait_until(lambda: page.locator('[data-stat="processed"]').inner_text() == "123,456,839")
     page.get_by_role("link", name="7 days").click()
     assert page.url.endswith("/?days=7")
@@ -96,10 +96,10 @@ def test_pause_unpause_page_delete_and_clear_queues(page: Any, stack: Stack) -> 
 
     page.get_by_role("link", name="default", exact=True).click()
     assert "Page 1 of 2" in page.locator(".pager").first.inner_text()
-    page.get_by_role("link", name="Next ›").first.click()
+    page.get_by_role("link", name="Next \u203a").first.click()
     assert "Page 2 of 2" in page.locator(".pager").first.inner_text()
     before = r.llen("queue:default")
-    page.get_by_role("button", name="Delete").first.click()
+    page.locator("tbody").get_by_role("button", name="Delete").first.click()
     assert r.llen("queue:default") == before - 1
     assert "Job deleted." in page.locator(".flash").inner_text()
 
@@ -158,7 +158,7 @@ def test_scheduled_add_to_queue_and_dead_retry_all(page: Any, stack: Stack) -> N
     page.locator("#bulk").get_by_role("button", name="Add to queue").click()
     assert r.zcard("schedule") == 0
     page.goto(stack.url + "/dead?sort=asc")
-    assert "oldest first" in page.locator("main").inner_text()
+    assert "earliest first (" in page.locator("main").inner_text()
     queued = r.llen("queue:critical") + r.llen("queue:default")
     dead = r.zcard("dead")
     page.get_by_role("button", name="Retry now all").click()

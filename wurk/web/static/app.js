@@ -64,7 +64,8 @@
     for (var g = 0; g <= 4; g++) {
       var y = top + h - (h * g) / 4;
       ctx.beginPath(); ctx.moveTo(left, y); ctx.lineTo(left + w, y); ctx.stroke();
-      ctx.fillText(fmt((max * g) / 4), 4, y + 4);
+      var tick = (max * g) / 4;
+      ctx.fillText(max < 10 ? tick.toFixed(1) : fmt(tick), 4, y + 4);
     }
     if (labels && labels.length) {
       ctx.fillText(labels[0], left, height - 6);
