@@ -216,3 +216,14 @@ def test_no_page_shows_the_redis_password(redis_server: object, r: redis.Redis) 
 def test_a_missing_extra_is_named() -> None:
     with pytest.raises(wurk.web.MissingExtraError, match=r"wurk\[web\]"):
         wurk.web.require_extra("no_such_module_for_wurk_tests")
+
+
+def test_search_results_are_paged(web: TestClient, r: redis.Redis) -> None:
+    r.zadd("dead", {f'{{"class":"Bulk","args":[{n}],"jid":"bulk{n:03d}","queue":"q"}}': n
+                    for n in range(60)})
+    first = web.get("/dead", params={"q": "Bulk", "sort": "asc"}).text
+    assert "60 matches" in first and "Page 1 of 3" in first
+    assert "bulk000" in first and "bulk025" not in first
+    assert "q=Bulk" in re.search(r'href="([^"]*page=2[^"]*)"', first).group(1)  # type: ignore[union-attr]
+    third = web.get("/dead", params={"q": "Bulk", "sort": "asc", "page": "3"}).text
+    assert "bulk059" in third and "bulk049" not in third

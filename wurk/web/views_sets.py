@@ -2,10 +2,10 @@
 
 Duties:
 1. ``GET /{set}``: one page by ZRANGE index (:func:`wurk.api.set_page`),
-   soonest or newest first (``?sort=asc|desc``), or with ``?q=`` the
+   earliest or latest first (``?sort=asc|desc``), or with ``?q=`` the
    entries whose payload contains the text (class, jid, an argument), by
-   ZSCAN MATCH (:func:`wurk.api.search_set`), so 10,000 dead jobs are never
-   read whole.
+   ZSCAN MATCH (:func:`wurk.api.search_set`, at most 1,000 matches), paged
+   the same way, so 10,000 dead jobs are never read or rendered whole.
 2. ``GET /{set}/{key}``: one entry (``score-jid``) with its args, error,
    backtrace and every payload field.
 3. ``POST /{set}/{key}``, ``POST /{set}`` (the ticked ``key`` fields) and
@@ -29,7 +29,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from wurk.api import DeadSet, RetrySet, ScheduledSet, SortedEntry, SortedSet
-from wurk.api.paging import entry_key, find_entry, search_set, set_page
+from wurk.api.paging import Page, entry_key, find_entry, search_set, set_page
 from wurk.web.site import Site, action, page, redirect
 from wurk.web.views_queues import page_number
 
@@ -66,7 +66,11 @@ def listing(kind: SetKind, request: Request, site: Site) -> Response:
     context: dict[str, Any] = {"query": query, "sort": "desc" if descending else "asc"}
     if query:
         found, truncated = search_set(sset, query, descending=descending)
-        context.update(entries=found, total=len(found), truncated=truncated, listing=None)
+        number = min(page_number(request), max(1, -(-len(found) // PER_PAGE)))
+        start = (number - 1) * PER_PAGE
+        result = Page(found[start:start + PER_PAGE], len(found), number, PER_PAGE)
+        context.update(entries=result.items, total=len(found), truncated=truncated,
+                       listing=result)
     else:
         result = set_page(sset, page_number(request), PER_PAGE, descending=descending)
         context.update(entries=result.items, total=result.total, truncated=False,
