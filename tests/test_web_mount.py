@@ -16,7 +16,7 @@ import redis
 from starlette.testclient import TestClient
 from webpages import seed
 
-from examples.web import flask_host, starlette_host
+from examples.web import asgi_dispatch, flask_host, starlette_host
 from wurk.settings.config import Config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -104,3 +104,14 @@ def test_import_wurk_and_wurk_help_never_load_the_dashboard() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           cwd=ROOT, timeout=30, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_a_prefix_dispatcher_in_front_of_any_asgi_app(config: Config, r: redis.Redis) -> None:
+    seed(config)
+    # No `with`: Django's handler, like the stand-in, speaks no lifespan protocol.
+    client = TestClient(asgi_dispatch.make_app(config))
+    assert client.get("/").text == "host app"
+    assert client.get("/admin/wurkish").text == "host app"
+    page = client.get("/admin/wurk/retries")
+    assert page.status_code == 200 and "SyncAccount" in page.text
+    assert 'href="/admin/wurk/dead"' in page.text
