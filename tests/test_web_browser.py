@@ -1,13 +1,15 @@
 """The dashboard in a real browser: Debian's chromium driven by Playwright.
 
-One stack for the module (tests/webstack.py): redis-server, a ``wurk run``
-worker running a slow job, ``wurk web`` on a free port, and the seeded jobs
+One stack for the module (tests/webstack.py): redis-server, a
+``wurk-swarm`` whose child runs a slow job, ``wurk web`` on a free port, and the seeded jobs
 (with HTML/JS in some arguments). Each test clicks as a person would and
 checks both the page and Redis.
 """
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,6 +21,14 @@ CHROMIUM = chromium()
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None, reason="chromium is not installed (apt-get install -y chromium; "
                              ".ci/run installs it)")
+
+
+def gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
 
 
 @pytest.fixture(scope="module")
@@ -169,19 +179,25 @@ def test_scheduled_add_to_queue_and_dead_retry_all(page: Any, stack: Stack) -> N
 
 def test_busy_shows_ruby_and_wurk_and_quiet_and_stop_work(page: Any, stack: Stack) -> None:
     r = stack.client()
-    wait_until(lambda: r.scard("processes") >= 2)
+    wait_until(lambda: r.scard("processes") >= 3)
     page.goto(stack.url + "/busy")
     wait_until(lambda: page.reload() or "SlowReport" in page.locator("main").inner_text())
     text = page.locator("main").inner_text()
     assert "ruby-host:4242" in text and "billing" in text and "ChargeCard" in text
+    assert text.count("slot slow") == 2
     ruby = page.locator("tr", has_text="ruby-host:4242")
     ruby.get_by_role("button", name="Quiet").click()
     assert r.lrange(f"{RUBY_IDENTITY}-signals", 0, -1) == ["TSTP"]
-    wurk_row = page.locator("tbody tr").filter(has_not_text="ruby-host").first
-    wurk_row.get_by_role("button", name="Stop").click()
+    child = page.locator("tbody tr", has_text="slot slow").first
+    pid = int(re.search(r":(\d+)", child.locator("strong").inner_text()).group(1))  # type: ignore[union-attr]
+    child.get_by_role("button", name="Stop").click()
     assert "Stop signal sent" in page.locator(".flash").inner_text()
-    # The real worker picks the TERM up at its next heartbeat and exits.
-    assert stack.worker.wait(30) == 0
+    # The real child picks the TERM up at its next heartbeat and exits; the
+    # swarm parent forks a replacement, which the page then lists.
+    wait_until(lambda: gone(pid), timeout=30)
+    wait_until(lambda: page.reload() or (
+        page.locator("main").inner_text().count("slot slow") == 2
+        and f":{pid}" not in page.locator("main").inner_text()), timeout=30)
 
 
 def test_read_only_shows_no_buttons(browser: Any, stack: Stack) -> None:

@@ -1,9 +1,9 @@
 """A real stack for the browser tests and scripts/screenshots.
 
 ``Stack`` starts, each as its own process: a redis-server on a free port,
-one ``wurk run`` worker (queue ``slow``, whose job sleeps, so the Busy page
-has a wurk process running a job), and ``wurk web --port 0`` (its URL read
-from the line it prints). ``seed`` fills Redis first (tests/webpages.py).
+a ``wurk-swarm`` of two children (slot ``slow``, whose job sleeps, so the
+Busy page has wurk processes running a job), and ``wurk web --port 0`` (its
+URL read from the line it prints). ``seed`` fills Redis first (tests/webpages.py).
 ``chromium()`` is Debian's browser, or None when it is not installed.
 """
 
@@ -29,6 +29,18 @@ from wurk.redis.pools import close_pool
 from wurk.settings.config import Config
 
 BIN = Path(sys.executable).parent
+TOPOLOGY = textwrap.dedent("""
+    [wurk]
+    require = ["webjobs"]
+    shutdown_timeout = 2
+    heartbeat_interval = 1
+
+    [[slot]]
+    name = "slow"
+    count = 2
+    concurrency = 2
+    queues = ["slow"]
+""")
 JOBS = textwrap.dedent("""
     import time
     import wurk
@@ -59,11 +71,11 @@ class Stack:
         self.config = Config(redis_url=self.redis.url)
         self.jids = seed(self.config)
         (self.workdir / "webjobs.py").write_text(JOBS)
-        env = {**os.environ, "PYTHONPATH": str(self.workdir), "REDIS_URL": self.redis.url,
-               "WURK_SHUTDOWN_TIMEOUT": "2", "WURK_HEARTBEAT_INTERVAL": "1"}
-        with open(self.workdir / "worker.log", "wb") as log:
+        (self.workdir / "topology.toml").write_text(TOPOLOGY)
+        env = {**os.environ, "PYTHONPATH": str(self.workdir), "REDIS_URL": self.redis.url}
+        with open(self.workdir / "swarm.log", "wb") as log:
             self.worker = subprocess.Popen(
-                [str(BIN / "wurk"), "run", "-r", "webjobs", "-q", "slow", "-c", "2"],
+                [str(BIN / "wurk-swarm"), "--topology", str(self.workdir / "topology.toml")],
                 env=env, stdout=log, stderr=log, cwd=self.workdir)
         self.procs.append(self.worker)
         wurk.Client(self.config).push({"class": "SlowReport", "queue": "slow", "args": [600]})
