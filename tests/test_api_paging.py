@@ -95,3 +95,12 @@ def test_find_entry_picks_the_jid_among_equal_scores(config: Config, r: redis.Re
     assert entry_key(entry) == "5.25-two"
     assert entry.delete()
     assert find_entry(retries, "5.25-two") is None
+
+
+def test_redis_info_reads_the_dashboard_fields(config: Config) -> None:
+    from wurk.api import redis_info
+
+    info = redis_info(config=config)
+    assert info["redis_version"].split(".")[0].isdigit()
+    assert int(info["connected_clients"]) >= 1 and int(info["uptime_in_seconds"]) >= 0
+    assert "used_memory_human" in info and "executable" not in info

@@ -227,3 +227,22 @@ def test_search_results_are_paged(web: TestClient, r: redis.Redis) -> None:
     assert "q=Bulk" in re.search(r'href="([^"]*page=2[^"]*)"', first).group(1)  # type: ignore[union-attr]
     third = web.get("/dead", params={"q": "Bulk", "sort": "asc", "page": "3"}).text
     assert "bulk059" in third and "bulk049" not in third
+
+
+def test_json_for_a_script_block_cannot_close_it() -> None:
+    import json
+
+    from wurk.web.present import json_for_script
+
+    value = {"a": "</script><script>alert(1)</script>", "b": "&amp; \u2028"}
+    encoded = str(json_for_script(value))
+    assert "<" not in encoded and ">" not in encoded and "&" not in encoded
+    assert json.loads(encoded) == value
+
+
+def test_times_and_numbers_as_people_read_them() -> None:
+    from wurk.web.present import ago, num, utc
+
+    assert num(1234567) == "1,234,567" and num("x") == "x"
+    assert ago(100.0, now=280.0) == "3 minutes ago" and ago(400.0, now=280.0) == "in 2 minutes"
+    assert ago(None) == "" and utc(0) == "1970-01-01 00:00:00 UTC" and utc(1e300) == "1e+300"
