@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 
@@ -107,11 +108,13 @@ def test_page_through_a_queue_and_delete_one_job(web: TestClient, r: redis.Redis
     second = web.get("/queues/default?page=2").text
     assert "photo-0.png" in second and "photo-29.png" not in second
     raw = r.lindex("queue:default", -1)
-    assert web.post("/queues/default/delete",
-                    data={"csrf": token(web), "job": raw, "page": "2"}).status_code == 200
-    assert r.llen("queue:default") == 30 and raw not in r.lrange("queue:default", 0, -1)
-    gone = web.post("/queues/default/delete", data={"csrf": token(web), "job": raw})
-    assert "already gone" in gone.text
+    jid = json.loads(raw)["jid"]  # type: ignore[arg-type]
+    form = {"csrf": token(web), "index": "30", "jid": jid, "page": "2"}
+    r.lpush("queue:default", '{"class":"Newer","args":[],"jid":"n1"}')  # the list moved
+    assert web.post("/queues/default/delete", data=form).status_code == 200
+    assert r.llen("queue:default") == 31 and raw not in r.lrange("queue:default", 0, -1)
+    assert "already gone" in web.post("/queues/default/delete", data=form).text
+    assert web.post("/queues/default/delete", data={"csrf": form["csrf"]}).status_code == 400
 
 
 def test_search_a_set(web: TestClient) -> None:
@@ -246,3 +249,34 @@ def test_times_and_numbers_as_people_read_them() -> None:
     assert num(1234567) == "1,234,567" and num("x") == "x"
     assert ago(100.0, now=280.0) == "3 minutes ago" and ago(400.0, now=280.0) == "in 2 minutes"
     assert ago(None) == "" and utc(0) == "1970-01-01 00:00:00 UTC" and utc(1e300) == "1e+300"
+
+
+GARBAGE = ["not json at all", "[1, 2]", '{"class": 5, "args": "x", "jid": 7}', "null",
+           '{"class": "Big", "args": [1], "enqueued_at": 1e300, "created_at": "soon"}',
+           '{"class": "Deep", "args": ' + "[" * 5000 + "]" * 5000 + "}", "\udcff"]
+
+
+def test_garbage_in_redis_renders_and_is_still_deletable(config: Config, r: redis.Redis) -> None:
+    r.sadd("queues", "junk")
+    r.rpush("queue:junk", *[g.encode("utf-8", "surrogateescape") for g in GARBAGE])
+    r.zadd("dead", {g.encode("utf-8", "surrogateescape"): n for n, g in enumerate(GARBAGE)})
+    r.sadd("processes", "bad:1:x", "bad:2:y")
+    r.hset("bad:1:x", mapping={"info": "{not json", "busy": "many"})
+    r.hset("bad:2:y", mapping={"info": '{"pid": "x", "queues": 5, "started_at": "never"}',
+                               "busy": "1", "beat": "nan", "rss": "-5"})
+    r.hset("bad:2:y:work", "t1", "garbage")
+    r.set("stat:processed", "lots")
+    with TestClient(wurk.web.app(config)) as web:
+        for path in ("/", "/queues", "/queues/junk", "/dead", "/dead?q=Big", "/busy",
+                     "/stats.json", "/dead?page=-3", "/queues/junk?page=abc",
+                     "/dead?page=99999999999999999999"):
+            assert web.get(path).status_code == 200, path
+        keys = re.findall(r'name="key" value="([^"]+)"', web.get("/dead").text)
+        assert len(keys) == len(GARBAGE)
+        for key in keys:
+            assert web.get(f"/dead/{key}").status_code == 200
+        csrf = token(web, "/dead")
+        moved = web.post("/dead", data={"csrf": csrf, "action": "retry", "key": keys})
+        assert "could not be moved" in moved.text
+        web.post("/dead", data={"csrf": csrf, "action": "delete", "key": keys})
+        assert r.zcard("dead") == 0

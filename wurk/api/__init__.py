@@ -30,7 +30,15 @@ from wurk.api.errors import (
     UnknownProcessError,
     UnknownQueueError,
 )
-from wurk.api.paging import Page, entry_key, find_entry, queue_page, search_set, set_page
+from wurk.api.paging import (
+    Page,
+    entry_key,
+    find_entry,
+    find_queued,
+    queue_page,
+    search_set,
+    set_page,
+)
 from wurk.api.processes import Process, ProcessSet
 from wurk.api.queue import Queue
 from wurk.api.records import JobRecord
@@ -65,6 +73,7 @@ __all__ = [
     "Workers",
     "entry_key",
     "find_entry",
+    "find_queued",
     "queue_page",
     "redis_info",
     "search_set",

@@ -11,7 +11,10 @@ Duties:
 3. :func:`search_set`: the entries whose raw JSON contains a substring
    (class, jid, an argument), by ZSCAN MATCH, stopping once ``limit``
    matches are found, sorted by score.
-4. :func:`find_entry` and :func:`entry_key`: name one sorted-set entry by its
+4. :func:`find_queued`: a queued job named by the index a page showed and
+   its jid, found again near that index (the list moves while a person
+   reads the page), so a form never has to carry the whole payload.
+5. :func:`find_entry` and :func:`entry_key`: name one sorted-set entry by its
    score and jid (Sidekiq Web's ``score-jid``) and find it again with a
    ZRANGE over that one score.
 """
@@ -112,6 +115,20 @@ def _scan(conn: Any, name: str, pattern: str, limit: int) -> tuple[dict[bytes, f
             return found, False
         if len(found) >= limit:
             return found, True
+
+
+def find_queued(queue: Queue, index: int, jid: str, *, near: int = 100) -> JobRecord | None:
+    """The job with ``jid`` at ``index`` or within ``near`` of it, closest first."""
+    if index < 0:
+        return None
+    start = max(0, index - near)
+    values = pool_for(queue.config).call("LRANGE", queue.key, start, index + near,
+                                         idempotent=True)
+    records = [(abs(start + n - index), JobRecord(value, queue.name, config=queue.config))
+               for n, value in enumerate(values)]
+    matches = [(distance, record) for distance, record in records
+               if (record.jid or "") == jid and (jid or distance == 0)]
+    return min(matches, key=lambda pair: pair[0])[1] if matches else None
 
 
 def entry_key(entry: SortedEntry) -> str:

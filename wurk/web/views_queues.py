@@ -7,7 +7,8 @@ Duties:
    LRANGE index (:func:`wurk.api.queue_page`), so a queue of a million jobs
    is never read whole; a delete button per job.
 3. ``POST /queues/{name}/pause|unpause|clear`` and ``.../delete`` (one job,
-   named by its exact raw payload, removed with LREM 1).
+   named by the index the page showed and its jid, found again near that
+   index and removed with LREM 1 of its exact bytes).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from wurk.api import JobRecord, Queue, queue_page
+from wurk.api import Queue, find_queued, queue_page
 from wurk.web.site import Site, action, page, redirect
 
 PER_PAGE = 25
@@ -77,10 +78,12 @@ def clear(request: Request, site: Site, form: FormData) -> Response:
 
 def delete_job(request: Request, site: Site, form: FormData) -> Response:
     q = queue_named(request, site)
-    raw = form.get("job")
-    if not isinstance(raw, str) or not raw:
-        raise HTTPException(400, "which job? the form has no job field")
-    removed = JobRecord(raw, q.name, config=site.config).delete()
+    try:
+        index = int(str(form.get("index", "")))
+    except ValueError:
+        raise HTTPException(400, "which job? the form needs its index and jid") from None
+    found = find_queued(q, index, str(form.get("jid", "")))
+    removed = found is not None and found.delete()
     return redirect(request, f"/queues/{quote(q.name, safe='')}", page=page_number_of(form),
                     done="deleted" if removed else "gone")
 

@@ -32,6 +32,7 @@ from wurk.api import DeadSet, RetrySet, ScheduledSet, SortedEntry, SortedSet
 from wurk.api.paging import Page, entry_key, find_entry, search_set, set_page
 from wurk.web.site import Site, action, page, redirect
 from wurk.web.views_queues import page_number
+from wurk.wire.payload import PayloadError
 
 PER_PAGE = 25
 MAX_QUERY = 200
@@ -77,7 +78,8 @@ def listing(kind: SetKind, request: Request, site: Site) -> Response:
                        listing=result)
     return site.render(request, "set.html", title=kind.title, active=kind.slug, kind=kind,
                        labels=LABELS, key_of=entry_key, done=request.query_params.get("done", ""),
-                       count=request.query_params.get("n", ""), **context)
+                       count=request.query_params.get("n", ""),
+                       refused=request.query_params.get("refused", ""), **context)
 
 
 def entry(kind: SetKind, request: Request, site: Site) -> Response:
@@ -90,35 +92,48 @@ def entry(kind: SetKind, request: Request, site: Site) -> Response:
                        key=entry_key(found))
 
 
-def apply(kind: SetKind, verb: str, entries: Iterable[SortedEntry]) -> int:
-    """Do ``verb`` to each entry; how many this request did (others may race it)."""
+def apply(kind: SetKind, verb: str, entries: Iterable[SortedEntry]) -> tuple[int, int]:
+    """Do ``verb`` to each entry: how many this request did (others may race
+    it), and how many it could not (a payload that is no job stays put)."""
     if verb not in kind.actions:
         raise HTTPException(400, f"{kind.title} has no action {verb!r}")
-    done = 0
+    done = refused = 0
     for item in entries:
-        if verb == "retry":
-            done += item.retry()
-        elif verb == "add":
-            done += item.add_to_queue()
-        elif verb == "delete":
-            done += item.delete()
-        else:
-            done += item.kill()
-    return done
+        try:
+            done += _one(verb, item)
+        except PayloadError:
+            refused += 1
+    return done, refused
+
+
+def _one(verb: str, item: SortedEntry) -> bool:
+    if verb == "retry":
+        return item.retry()
+    if verb == "add":
+        return item.add_to_queue()
+    if verb == "delete":
+        return item.delete()
+    return item.kill()
+
+
+def _after(request: Request, kind: SetKind, verb: str, result: tuple[int, int]) -> Response:
+    done, refused = result
+    return redirect(request, f"/{kind.slug}", done=verb, n=done,
+                    **({"refused": refused} if refused else {}))
 
 
 def act_on_one(kind: SetKind, request: Request, site: Site, form: FormData) -> Response:
     found = find_entry(kind.cls(config=site.config), request.path_params["key"])
-    done = apply(kind, str(form.get("action", "")), [found] if found else [])
-    return redirect(request, f"/{kind.slug}", done=str(form.get("action", "")), n=done)
+    verb = str(form.get("action", ""))
+    return _after(request, kind, verb, apply(kind, verb, [found] if found else []))
 
 
 def act_on_selected(kind: SetKind, request: Request, site: Site, form: FormData) -> Response:
     sset = kind.cls(config=site.config)
     keys = [str(k) for k in form.getlist("key")][:MAX_SELECTED]
     chosen = [e for e in (find_entry(sset, key) for key in keys) if e is not None]
-    done = apply(kind, str(form.get("action", "")), chosen)
-    return redirect(request, f"/{kind.slug}", done=str(form.get("action", "")), n=done)
+    verb = str(form.get("action", ""))
+    return _after(request, kind, verb, apply(kind, verb, chosen))
 
 
 def act_on_all(kind: SetKind, request: Request, site: Site, form: FormData) -> Response:
@@ -131,8 +146,7 @@ def act_on_all(kind: SetKind, request: Request, site: Site, form: FormData) -> R
         sset.clear()
         return redirect(request, f"/{kind.slug}", done=verb, n=n)
     # entries() walks by score and survives the moves it makes.
-    done = apply(kind, verb, sset.entries())
-    return redirect(request, f"/{kind.slug}", done=verb, n=done)
+    return _after(request, kind, verb, apply(kind, verb, sset.entries()))
 
 
 def _routes(kind: SetKind) -> list[Route]:
