@@ -115,6 +115,7 @@ def test_pause_unpause_page_delete_and_clear_queues(page: Any, stack: Stack) -> 
 
     page.goto(stack.url + "/queues")
     page.locator("tr", has_text="mailers").get_by_role("button", name="Clear").click()
+    page.wait_for_url("**/queues?done=cleared")
     assert page.dialogs[-1][0] == "confirm" and "mailers" in page.dialogs[-1][1]
     assert r.llen("queue:mailers") == 0 and not r.sismember("queues", "mailers")
 
@@ -172,6 +173,7 @@ def test_scheduled_add_to_queue_and_dead_retry_all(page: Any, stack: Stack) -> N
     queued = r.llen("queue:critical") + r.llen("queue:default")
     dead = r.zcard("dead")
     page.get_by_role("button", name="Retry now all").click()
+    page.wait_for_url("**/dead?done=retry*")
     assert page.dialogs and "every job in Dead" in page.dialogs[-1][1]
     assert r.zcard("dead") == 0
     assert r.llen("queue:critical") + r.llen("queue:default") == queued + dead
@@ -181,7 +183,7 @@ def test_busy_shows_ruby_and_wurk_and_quiet_and_stop_work(page: Any, stack: Stac
     r = stack.client()
     wait_until(lambda: r.scard("processes") >= 3)
     page.goto(stack.url + "/busy")
-    wait_until(lambda: page.reload() or "SlowReport" in page.locator("main").inner_text())
+    wait_until(lambda: "SlowReport" in fresh(page))
     text = page.locator("main").inner_text()
     assert "ruby-host:4242" in text and "billing" in text and "ChargeCard" in text
     assert text.count("slot slow") == 2
@@ -195,16 +197,53 @@ def test_busy_shows_ruby_and_wurk_and_quiet_and_stop_work(page: Any, stack: Stac
     # The real child picks the TERM up at its next heartbeat and exits; the
     # swarm parent forks a replacement, which the page then lists.
     wait_until(lambda: gone(pid), timeout=30)
-    wait_until(lambda: page.reload() or (
-        page.locator("main").inner_text().count("slot slow") == 2
-        and f":{pid}" not in page.locator("main").inner_text()), timeout=30)
+    wait_until(lambda: (text := fresh(page)).count("slot slow") == 2
+               and f":{pid}" not in text, timeout=30)
+
+
+def fresh(page: Any, selector: str = "main") -> str:
+    """The text of ``selector`` after a reload (what a person sees on F5)."""
+    page.reload()
+    text: str = page.locator(selector).first.inner_text()
+    return text
+
+
+def _children(page: Any) -> list[int]:
+    page.reload()
+    return sorted(int(pid) for pid in re.findall(r"pid (\d+)", page.locator("main").inner_text()))
+
+
+def test_swarm_scale_restart_quiet_and_stop(page: Any, stack: Stack) -> None:
+    r = stack.client()
+    page.goto(stack.url + "/swarms")
+    assert "topology" in page.locator("main").inner_text()
+    first = wait_until(lambda: len(_children(page)) == 2 and _children(page))
+    page.get_by_role("button", name="One more per slot").click()
+    assert "one more child per slot" in page.locator(".flash").inner_text()
+    wait_until(lambda: len(_children(page)) == 3, timeout=20)
+    page.get_by_role("button", name="One fewer per slot").click()
+    wait_until(lambda: len(_children(page)) == 2, timeout=20)
+    survivors = _children(page)
+    page.get_by_role("button", name="Rolling restart").click()
+    page.wait_for_url("**/swarms?done=swarm-restart")
+    assert page.dialogs and "one at a time" in page.dialogs[-1][1]
+    wait_until(lambda: (now := _children(page)) and len(now) == 2
+               and not set(now) & set(survivors), timeout=40)
+    assert set(first) != set(_children(page))
+    page.get_by_role("button", name="Quiet").click()
+    wait_until(lambda: "quiet" in fresh(page, "h2"))
+    [identity] = r.smembers("wurk:swarms")
+    assert r.hget(identity, "state") == "quiet"
+    page.get_by_role("button", name="Stop").click()
+    page.wait_for_url("**/swarms?done=swarm-stop")
+    assert stack.worker.wait(30) == 0
 
 
 def test_read_only_shows_no_buttons(browser: Any, stack: Stack) -> None:
     url = stack.web("--read-only")
     context = browser.new_context()
     page = context.new_page()
-    for path in ("/queues", "/dead", "/busy", "/queues/default"):
+    for path in ("/queues", "/dead", "/busy", "/swarms", "/queues/default"):
         page.goto(url + path)
         assert page.locator("main form[method=post]").count() == 0
         assert "read-only" in page.locator("header").inner_text()

@@ -171,7 +171,7 @@ def test_quiet_and_stop_send_signals(web: TestClient, r: redis.Redis) -> None:
 def test_read_only_hides_buttons_and_refuses_posts(config: Config, seeded: object,
                                                    r: redis.Redis) -> None:
     with TestClient(wurk.web.app(config, read_only=True)) as client:
-        for path in ("/queues", "/dead", "/busy", "/queues/default"):
+        for path in ("/queues", "/dead", "/busy", "/swarms", "/queues/default"):
             text = client.get(path).text.replace('<button type="submit">Search', "")
             assert "<button" not in text
         client.get("/queues")
@@ -280,3 +280,31 @@ def test_garbage_in_redis_renders_and_is_still_deletable(config: Config, r: redi
         assert "could not be moved" in moved.text
         web.post("/dead", data={"csrf": csrf, "action": "delete", "key": keys})
         assert r.zcard("dead") == 0
+
+
+def test_swarms_page_and_remote_control(web: TestClient, r: redis.Redis) -> None:
+    swarm, child = "box:100:swarm-0123456789ab", "box:101:feedfacecafe"
+    r.sadd("wurk:swarms", swarm)
+    r.hset(swarm, mapping={
+        "info": json.dumps({"hostname": "box", "pid": 100, "started_at": 1.7e9,
+                            "topology": "/etc/wurk/<topology>.toml",
+                            "slots": {"web": 2, "mail": 1}}),
+        "beat": "1700000000.5", "state": "quiet",
+        "children": json.dumps([child, "box:102:gone00000000"])})
+    r.sadd("processes", child)
+    r.hset(child, mapping={"info": json.dumps({"hostname": "box", "pid": 101, "slot": "web",
+                                               "index": 0, "queues": ["default"]}),
+                           "busy": "3", "beat": "1700000001", "rss": "51200",
+                           "concurrency": "10"})
+    page = web.get("/swarms").text
+    for text in ("box:100", "quiet", "pid 101", "50 MB", "3 / 10", "no live child",
+                 "1 registered child without a live heartbeat",
+                 "/etc/wurk/&lt;topology&gt;.toml"):
+        assert text in page, text
+    csrf = token(web, "/swarms")
+    for verb in ("quiet", "restart", "more", "fewer", "stop"):
+        done = web.post(f"/swarms/{verb}", data={"csrf": csrf, "identity": swarm})
+        assert done.status_code == 200
+    assert r.lrange(f"{swarm}-signals", 0, -1) == ["TERM", "TTOU", "TTIN", "USR1", "TSTP"]
+    assert web.post("/swarms/explode", data={"csrf": csrf, "identity": swarm}).status_code == 404
+    assert web.post("/swarms/stop", data={"csrf": csrf, "identity": "nope"}).status_code == 404

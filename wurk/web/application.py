@@ -24,7 +24,14 @@ from starlette.staticfiles import StaticFiles
 from wurk.api.common import resolve
 from wurk.core.redaction import redact_text, redact_url
 from wurk.settings.config import Config
-from wurk.web import present, views_busy, views_dashboard, views_queues, views_sets
+from wurk.web import (
+    present,
+    views_busy,
+    views_dashboard,
+    views_queues,
+    views_sets,
+    views_swarms,
+)
 from wurk.web.security import Guard
 from wurk.web.site import Site, site_of
 
@@ -32,7 +39,7 @@ from wurk.web.site import Site, site_of
 def routes() -> list[BaseRoute]:
     static = StaticFiles(directory=str(resources.files("wurk.web") / "static"))
     return [*views_dashboard.ROUTES, *views_queues.ROUTES, *views_sets.ROUTES,
-            *views_busy.ROUTES, Mount("/static", app=static, name="static")]
+            *views_busy.ROUTES, *views_swarms.ROUTES, Mount("/static", app=static, name="static")]
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)

@@ -30,8 +30,9 @@ from wurk.version import __version__
 from wurk.web.security import checked_form, csrf_token
 
 NAV = (("dashboard", "Dashboard", "/"), ("busy", "Busy", "/busy"),
-       ("queues", "Queues", "/queues"), ("retries", "Retries", "/retries"),
-       ("scheduled", "Scheduled", "/scheduled"), ("dead", "Dead", "/dead"))
+       ("swarms", "Swarms", "/swarms"), ("queues", "Queues", "/queues"),
+       ("retries", "Retries", "/retries"), ("scheduled", "Scheduled", "/scheduled"),
+       ("dead", "Dead", "/dead"))
 
 View = Callable[..., Response]
 
