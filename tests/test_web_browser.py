@@ -53,7 +53,7 @@ def browser() -> Iterator[Any]:
 def page(browser: Any, stack: Stack) -> Iterator[Any]:
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     opened = context.new_page()
-    opened.set_default_timeout(10_000)
+    opened.set_default_timeout(20_000)
     opened.dialogs = []  # every dialog a page opens; a confirm is accepted
 
     def on_dialog(dialog: Any) -> None:

@@ -120,7 +120,7 @@ class Stack:
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-def wait_until(predicate: Any, timeout: float = 15.0) -> Any:
+def wait_until(predicate: Any, timeout: float = 20.0) -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
