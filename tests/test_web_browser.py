@@ -80,13 +80,16 @@ def test_payload_html_never_runs(page: Any, stack: Stack) -> None:
 
 
 def test_dashboard_totals_history_and_live_rates(page: Any, stack: Stack) -> None:
+    r = stack.client()
     page.goto(stack.url + "/")
-    assert page.locator('[data-stat="processed"]').inner_text() == "123,456,789"
+    # Seeded 123,456,789, plus whatever the swarm has run since (the profiled job).
+    shown = page.locator('[data-stat="processed"]').inner_text()
+    assert re.fullmatch(r"123,456,7\d\d", shown), shown
     assert page.locator("dl.info").inner_text().count("Version") == 1
     # The live graph polls every second: two polls give a rate.
-    stack.client().incrby("stat:processed", 50)
+    total = r.incrby("stat:processed", 50)
     wait_until(lambda: page.locator('[data-rate="processed"]').inner_text() != "\u2013")
-    wait_until(lambda: page.locator('[data-stat="processed"]').inner_text() == "123,456,839")
+    wait_until(lambda: page.locator('[data-stat="processed"]').inner_text() == f"{total:,}")
     page.get_by_role("link", name="7 days").click()
     assert page.url.endswith("/?days=7")
     assert page.locator('.tabs a[aria-current="page"]').inner_text() == "7 days"
@@ -237,6 +240,19 @@ def test_swarm_scale_restart_quiet_and_stop(page: Any, stack: Stack) -> None:
     page.get_by_role("button", name="Stop").click()
     page.wait_for_url("**/swarms?done=swarm-stop")
     assert stack.worker.wait(30) == 0
+
+
+def test_profiles_list_and_top_functions(page: Any, stack: Stack) -> None:
+    page.goto(stack.url + "/")
+    page.get_by_role("link", name="Profiles").click()
+    wait_until(lambda: "nightly-report" in fresh(page))
+    page.get_by_role("link", name="nightly-report").click()
+    assert "webjobs.py" in page.locator("table").inner_text()
+    page.get_by_role("link", name="Own time").click()
+    assert page.url.endswith("?sort=tottime")
+    with page.expect_download() as download:
+        page.get_by_role("link", name="Download").click()
+    assert download.value.suggested_filename.endswith(".prof")
 
 
 def test_read_only_shows_no_buttons(browser: Any, stack: Stack) -> None:

@@ -78,7 +78,10 @@ class Stack:
                 [str(BIN / "wurk-swarm"), "--topology", str(self.workdir / "topology.toml")],
                 env=env, stdout=log, stderr=log, cwd=self.workdir)
         self.procs.append(self.worker)
-        wurk.Client(self.config).push({"class": "SlowReport", "queue": "slow", "args": [600]})
+        client = wurk.Client(self.config)
+        client.push({"class": "SlowReport", "queue": "slow", "args": [600]})
+        client.push({"class": "SlowReport", "queue": "slow", "args": [0.05],
+                     "profile": "nightly-report"})
         self.url = self.web(*self.web_args)
         return self
 

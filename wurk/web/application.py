@@ -28,6 +28,7 @@ from wurk.web import (
     present,
     views_busy,
     views_dashboard,
+    views_profiles,
     views_queues,
     views_sets,
     views_swarms,
@@ -39,7 +40,8 @@ from wurk.web.site import Site, site_of
 def routes() -> list[BaseRoute]:
     static = StaticFiles(directory=str(resources.files("wurk.web") / "static"))
     return [*views_dashboard.ROUTES, *views_queues.ROUTES, *views_sets.ROUTES,
-            *views_busy.ROUTES, *views_swarms.ROUTES, Mount("/static", app=static, name="static")]
+            *views_busy.ROUTES, *views_swarms.ROUTES, *views_profiles.ROUTES,
+            Mount("/static", app=static, name="static")]
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)

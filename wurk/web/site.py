@@ -32,7 +32,7 @@ from wurk.web.security import checked_form, csrf_token
 NAV = (("dashboard", "Dashboard", "/"), ("busy", "Busy", "/busy"),
        ("swarms", "Swarms", "/swarms"), ("queues", "Queues", "/queues"),
        ("retries", "Retries", "/retries"), ("scheduled", "Scheduled", "/scheduled"),
-       ("dead", "Dead", "/dead"))
+       ("dead", "Dead", "/dead"), ("profiles", "Profiles", "/profiles"))
 
 View = Callable[..., Response]
 
