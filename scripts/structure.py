@@ -25,7 +25,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("wurk.push",),
     ("wurk.runtime",),
     ("wurk.api",),
-    ("wurk.admin",),
+    ("wurk.admin", "wurk.web"),  # siblings: the shell's tools and the browser's
     ("wurk.cli", "wurk"),  # "wurk" is the package's __init__ only, not all of it
 ]
 # What supervisor/ may use of wurk: the runtime and everything below it.

@@ -39,6 +39,7 @@ EX_SOFTWARE = 70
 # A job overran its hard_timeout: the process stopped so a fresh one takes over
 # (EX_TEMPFAIL: the process manager should start it again).
 EX_OVERRAN = 75
+WEB_PORT = 7433
 EX_CONFIG = 78
 
 HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGTSTP, signal.SIGTTIN)
@@ -54,12 +55,49 @@ def build_parser() -> argparse.ArgumentParser:
     # The rest set settings: wurk.settings.declared declares each one's option.
     add_setting_flags(run)
     admin.add_commands(sub)
+    _web_arguments(sub.add_parser("web", help="serve the web dashboard (needs wurk[web])"))
     return parser
+
+
+def _web_arguments(parser: argparse.ArgumentParser) -> None:
+    # Declared here so `wurk --help` never imports wurk.web (wurk[web] is optional).
+    parser.add_argument("--redis-url", metavar="URL",
+                        help="Redis to show (default: the config's, REDIS_URL, or localhost)")
+    parser.add_argument("-C", "--config", metavar="FILE",
+                        help="TOML file with a [wurk] table, as wurk run reads")
+    parser.add_argument("--port", type=int, default=WEB_PORT,
+                        help=f"port to listen on (default {WEB_PORT}; 0 picks a free one)")
+    parser.add_argument("--bind", default="127.0.0.1", metavar="HOST",
+                        help="address to listen on (default 127.0.0.1, this machine only)")
+    parser.add_argument("--read-only", action="store_true",
+                        help="show everything, change nothing: no buttons, every POST refused")
+    parser.add_argument("--poll", type=float, default=5.0, metavar="SECONDS",
+                        help="how often the dashboard's live graph polls (default 5)")
+
+
+def run_web(args: argparse.Namespace) -> int:
+    try:
+        config = Config.load(admin.option(args, "config"),
+                             redis_url=admin.option(args, "redis_url"))
+    except ConfigError as exc:
+        print(f"wurk: {exc}", file=sys.stderr)
+        return EX_CONFIG
+    wlog.setup("warning", config.log_format)
+    from wurk.web import MissingExtraError  # noqa: PLC0415 - only `wurk web` needs it
+    from wurk.web.server import serve  # noqa: PLC0415 - wurk[web] is optional
+
+    try:
+        return serve(config, args)
+    except MissingExtraError as exc:
+        print(f"wurk web: {exc}", file=sys.stderr)
+        return EX_CONFIG
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command == "web":
+        return run_web(args)
     if args.command != "run":
         return admin.run(args)
     if args.global_json:

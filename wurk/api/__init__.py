@@ -18,6 +18,8 @@ Modules, one concern each:
   last runs, pause and unpause.
 - ``limiters``: :class:`LimiterSet`, every registered limiter and its use.
 - ``unique``: :class:`UniqueLocks`, the locks of unique jobs.
+- ``paging``: one page of a queue or set, and searches that never read a
+  big key whole (the dashboard's data).
 - ``errors``: the lookup and control errors callers catch.
 
 Apply-safety: every read is declared idempotent to the pool; every write
@@ -33,12 +35,21 @@ from wurk.api.errors import (
     UnknownQueueError,
 )
 from wurk.api.limiters import LimiterInfo, LimiterSet, UnknownLimiterError
+from wurk.api.paging import (
+    Page,
+    entry_key,
+    find_entry,
+    find_queued,
+    queue_page,
+    search_set,
+    set_page,
+)
 from wurk.api.periodic import PeriodicInfo, PeriodicRun, PeriodicSet, UnknownPeriodicError
 from wurk.api.processes import Process, ProcessSet
 from wurk.api.queue import Queue
 from wurk.api.records import JobRecord
 from wurk.api.sorted_sets import DeadSet, RetrySet, ScheduledSet, SortedSet
-from wurk.api.stats import History, Stats
+from wurk.api.stats import History, Stats, redis_info
 from wurk.api.swarms import SwarmProcess, SwarmSet, UnknownSwarmError
 from wurk.api.unique import UniqueLock, UniqueLocks
 from wurk.api.workers import Work, WorkEntry, Workers
@@ -51,6 +62,7 @@ __all__ = [
     "JobRecord",
     "LimiterInfo",
     "LimiterSet",
+    "Page",
     "PeriodicInfo",
     "PeriodicRun",
     "PeriodicSet",
@@ -75,4 +87,11 @@ __all__ = [
     "Work",
     "WorkEntry",
     "Workers",
+    "entry_key",
+    "find_entry",
+    "find_queued",
+    "queue_page",
+    "redis_info",
+    "search_set",
+    "set_page",
 ]

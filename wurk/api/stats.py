@@ -10,6 +10,8 @@ Duties:
    global counters.
 3. :class:`History`: processed and failed per UTC day for N days back, one
    MGET each; a missing day is 0.
+4. :func:`redis_info`: the INFO fields a dashboard shows (version, memory,
+   clients, uptime), as text.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from __future__ import annotations
 from datetime import UTC, date, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from wurk.api.common import resolve, sscan_all, to_int
+from wurk.api.common import resolve, sscan_all, text, to_int
 from wurk.redis.pools import pool_for
 from wurk.settings.config import Config
 from wurk.wire import keys
@@ -123,3 +125,18 @@ class History:
         values: list[Any] = pool_for(self.config).call(
             "MGET", *(keys.daily_stat(stat, day) for day in dates), idempotent=True)
         return {day: to_int(value) for day, value in zip(dates, values, strict=True)}
+
+
+INFO_FIELDS = ("redis_version", "uptime_in_days", "uptime_in_seconds", "connected_clients",
+               "used_memory_human", "used_memory_peak_human", "maxmemory_human", "role")
+
+
+def redis_info(*, config: Config | None = None) -> dict[str, str]:
+    """INFO's ``name:value`` lines for :data:`INFO_FIELDS` (those the server sent)."""
+    reply = pool_for(resolve(config)).call("INFO", idempotent=True)
+    if isinstance(reply, dict):  # a client that parses INFO itself
+        pairs = [(str(k), text(v)) for k, v in reply.items()]
+    else:
+        pairs = [tuple(line.split(":", 1)) for line in text(reply).splitlines()  # type: ignore[misc]
+                 if ":" in line and not line.startswith("#")]
+    return {name: value.strip() for name, value in pairs if name in INFO_FIELDS}

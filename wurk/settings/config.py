@@ -102,6 +102,8 @@ class Config:
     metrics_dogstatsd: bool = DECLARED
     metrics_prometheus: bool = DECLARED
     health_listen: str | None = DECLARED
+    web_user: str | None = DECLARED
+    web_password: str | None = DECLARED
 
     error_handlers: list[ErrorHandler] = DECLARED
     death_handlers: list[DeathHandler] = DECLARED

@@ -186,6 +186,12 @@ SETTINGS: tuple[Setting, ...] = (
             help="`host:port` (or `:port`) of an HTTP listener for `/live` and `/ready`; "
                  "without a host it binds 127.0.0.1; port 0 picks one; swarm child N listens "
                  "on port + N (per-slot `health_listen` allowed)"),
+    Setting("web_user", "str | None", None,
+            help="user name `wurk web` asks for with HTTP basic auth; set it together with "
+                 "`web_password` (see [The web dashboard](../how-to/dashboard.md))"),
+    Setting("web_password", "str | None", None, secret=True,
+            help="password `wurk web` asks for with HTTP basic auth; unset serves without "
+                 "auth"),
 )
 
 HOOKS: tuple[Hook, ...] = (
