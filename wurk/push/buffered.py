@@ -38,6 +38,7 @@ from wurk.push.confirmed import ConfirmedPush, PushNotConfirmedError
 from wurk.push.spool import Destination, SpoolEntry, write_spool
 from wurk.redis.policy import ErrorKind, PoolExhausted, classify
 from wurk.redis.pool import RedisPool
+from wurk.settings.hooks import RedisErrorHook
 from wurk.wire import keys
 
 log = get_logger("wurk.push")
@@ -176,15 +177,7 @@ class PushBuffer:
             self._drained.notify_all()
 
     def _report_dropped(self, push: PendingPush, exc: BaseException) -> None:
-        if isinstance(exc, PushNotConfirmedError):
-            log.error("push.unconfirmed", jids=list(push.jids), error=str(exc),
-                      hint=f"no replica confirmed it for {REPLAY_LIMIT:g}s; it stays "
-                           "on the primary, unguarded against a failover")
-            return
-        log.error("push.outcome_unknown", jids=list(push.jids),
-                  error=f"{type(exc).__name__}: {exc}",
-                  hint="it may have landed, so it is not sent again")
-        self.pool.on_error(exc, attempt=1, action="unsafe")
+        report_dropped(push, exc, self.pool.on_error)
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until everything buffered was sent; False if time ran out."""
@@ -222,28 +215,45 @@ class PushBuffer:
         return left
 
     def _spool(self, left: list[PendingPush]) -> None:
-        spoolable = [push for push in left if push.content is not None]
-        jids = [jid for push in spoolable for jid in push.jids]
-        lost = [jid for push in left if push.content is None for jid in push.jids]
-        if self.spool is not None and spoolable:
-            try:
-                path = write_spool(self.spool.directory, self.spool.target,
-                                   spool_entries(spoolable))
-                log.error("push.spooled", jobs=len(jids), path=str(path), jids=jids,
-                          hint="Redis stayed unreachable until exit; a wurk process "
-                               "with this spool_dir pushes them, or `wurk spool push`")
-                jids = []
-            except OSError as exc:
-                log.error("push.spool_failed", path=str(self.spool.directory),
-                          error=f"{type(exc).__name__}: {exc}")
-        if jids or lost:
-            log.error("push.unflushed", jobs=len(jids) + len(lost), jids=jids + lost,
-                      hint="Redis stayed unreachable until the process exited; "
-                           "these jobs are lost")
+        spool_left(self.spool, left)
 
     def after_fork_in_child(self) -> None:
         self._reset()
         self._pid = os.getpid()
+
+
+def report_dropped(push: PendingPush, exc: BaseException, on_error: RedisErrorHook) -> None:
+    """Log a push given up: unconfirmed too long, or one that may have landed."""
+    if isinstance(exc, PushNotConfirmedError):
+        log.error("push.unconfirmed", jids=list(push.jids), error=str(exc),
+                  hint=f"no replica confirmed it for {REPLAY_LIMIT:g}s; it stays "
+                       "on the primary, unguarded against a failover")
+        return
+    log.error("push.outcome_unknown", jids=list(push.jids),
+              error=f"{type(exc).__name__}: {exc}",
+              hint="it may have landed, so it is not sent again")
+    on_error(exc, attempt=1, action="unsafe")
+
+
+def spool_left(spool: Destination | None, left: list[PendingPush]) -> None:
+    """Write what is left at exit to the spool, fsynced; log what could not be."""
+    spoolable = [push for push in left if push.content is not None]
+    jids = [jid for push in spoolable for jid in push.jids]
+    lost = [jid for push in left if push.content is None for jid in push.jids]
+    if spool is not None and spoolable:
+        try:
+            path = write_spool(spool.directory, spool.target, spool_entries(spoolable))
+            log.error("push.spooled", jobs=len(jids), path=str(path), jids=jids,
+                      hint="Redis stayed unreachable until exit; a wurk process "
+                           "with this spool_dir pushes them, or `wurk spool push`")
+            jids = []
+        except OSError as exc:
+            log.error("push.spool_failed", path=str(spool.directory),
+                      error=f"{type(exc).__name__}: {exc}")
+    if jids or lost:
+        log.error("push.unflushed", jobs=len(jids) + len(lost), jids=jids + lost,
+                  hint="Redis stayed unreachable until the process exited; "
+                       "these jobs are lost")
 
 
 def spool_entries(pushes: list[PendingPush]) -> list[SpoolEntry]:

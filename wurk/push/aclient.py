@@ -1,0 +1,179 @@
+"""The asyncio client: the sync client's pushes, awaited on ``redis.asyncio``.
+
+``await client.push(item)`` and ``await client.push_bulk(item)`` take the
+items :class:`wurk.Client` takes and write the same payloads
+(:mod:`wurk.push.prepare` builds both), so a worker cannot tell which
+pushed. Jobs get the awaitable verbs ``aperform_async``, ``aperform_in``,
+``aperform_at`` and ``aperform_bulk`` (:mod:`wurk.push.job`), which push
+through :meth:`AsyncClient.default`.
+
+Duties:
+1. Push one job or many (a thousand per round trip), immediate or
+   scheduled, on an :class:`~wurk.redis.apool.AsyncRedisPool` built from the
+   same settings as the sync pool; never block the event loop waiting for
+   Redis, and let any number of coroutines push at once.
+2. Run the application's client middleware (sync: it must not block), then
+   the built-in steps through this pool (``aadmit``: the unique lock, the
+   same script the sync client runs); give back what they took for a push
+   that is not written.
+3. Keep the sync client's apply-safety: an immediate push is never replayed
+   after a round trip may have landed; a scheduled ZADD may be.
+4. With ``reliable_push``, hold pushes in an
+   :class:`~wurk.push.abuffered.AsyncPushBuffer` while Redis is
+   unreachable; ``aclose`` flushes it and spools what is left.
+5. With ``push_replicas``, write through the confirmed writer and WAIT;
+   unconfirmed pushes raise :class:`~wurk.push.confirmed.PushNotConfirmedError`
+   (or wait in the buffer and are sent again, as in the sync client).
+6. One default client per running event loop (:meth:`AsyncClient.default`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import weakref
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from wurk.push import middleware, prepare
+from wurk.push.abuffered import AsyncPushBuffer
+from wurk.push.buffered import PendingPush
+from wurk.push.confirmed import ConfirmedPush, ConfirmedWriter, PushNotConfirmedError
+from wurk.push.prepare import Prepared
+from wurk.push.spool import Destination
+from wurk.redis.apool import AsyncRedisPool
+from wurk.redis.pools import pool_for
+from wurk.settings.config import Config, default_config
+from wurk.settings.hooks import ClientMiddleware
+
+if TYPE_CHECKING:
+    from wurk.push.options import JobOptions
+
+
+class AsyncClient:
+    """Pushes jobs from async code. Belongs to the event loop that first uses it."""
+
+    def __init__(self, config: Config | None = None, *, pool: AsyncRedisPool | None = None,
+                 buffered: bool | None = None,
+                 middleware: Sequence[ClientMiddleware] | None = None) -> None:
+        self.config = config or default_config()
+        self.pool = pool or AsyncRedisPool.from_config(self.config)
+        self._middleware = None if middleware is None else list(middleware)
+        c = self.config
+        use_buffer = c.reliable_push if buffered is None else buffered
+        # One send: a dial, a reply, and the replicas' confirmation.
+        send_timeout = c.redis_connect_timeout + c.redis_read_timeout + c.push_replicas_timeout
+        self.buffer = (AsyncPushBuffer(c.push_buffer_size, c.push_flush_timeout,
+                                       self.pool.on_error, spool=Destination.of(c),
+                                       send_timeout=send_timeout)
+                       if use_buffer else None)
+        replicas = c.replicas_to_confirm
+        self.confirmed = (ConfirmedWriter(replicas, c.push_replicas_timeout,
+                                          c.redis_read_timeout)
+                          if replicas else None)
+
+    @classmethod
+    def default(cls) -> AsyncClient:
+        """The running loop's client on the default config (a new one after ``configure``)."""
+        loop = asyncio.get_running_loop()
+        client = _defaults.get(loop)
+        if client is None or client.config is not default_config():
+            client = _defaults[loop] = cls()
+        return client
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Flush the push buffer (spooling what Redis did not take) and close the pool."""
+        if self.buffer is not None:
+            await self.buffer.aclose()
+        await self.pool.close()
+
+    # -- pushing -----------------------------------------------------------
+    async def push_job(self, name: str, args: list[Any], options: JobOptions, *,
+                       delay: float | None = None, at: float | None = None) -> str | None:
+        return await self.push(prepare.job_item(name, args, options, delay=delay, at=at))
+
+    async def push(self, item: Mapping[str, Any]) -> str | None:
+        """Push one job, as :meth:`wurk.Client.push`: the jid, or None when a
+        client middleware (or the unique lock) stopped it."""
+        now = time.time()
+        prepared = self._through_middleware(self._normalise(item, now), now)
+        if prepared is None:
+            return None
+        return jids[0] if (jids := await self._admit_and_write([prepared])) else None
+
+    async def push_bulk(self, item: Mapping[str, Any]) -> list[str]:
+        """Push many jobs of one class, as :meth:`wurk.Client.push_bulk`."""
+        now = time.time()
+        jids: list[str] = []
+        for items in prepare.bulk_slices(item, now, self.config.timestamps):
+            batch = [p for one in items
+                     if (p := self._through_middleware(self._normalise(one, now), now))]
+            jids += await self._admit_and_write(batch)
+            # A thousand jobs of CPU work: let the loop's other tasks run between slices.
+            await asyncio.sleep(0)
+        return jids
+
+    def _normalise(self, item: Mapping[str, Any], now: float) -> Prepared:
+        return prepare.normalise(item, now, self.config.timestamps)
+
+    def _through_middleware(self, prepared: Prepared, now: float) -> Prepared | None:
+        chain = self.config.client_middleware if self._middleware is None else self._middleware
+        # The chain is sync, and gets the sync pool: a middleware that uses it blocks the loop.
+        return prepare.through_middleware(chain, prepared, now, self.config.timestamps,
+                                          pool_for(self.config) if chain else None)
+
+    async def _admit_and_write(self, batch: list[Prepared]) -> list[str]:
+        """The built-in steps, then the write; what the steps took is given back on failure."""
+        admitted: list[Prepared] = []
+        try:
+            admitted = await middleware.aadmit(batch, self.pool)
+            if admitted:
+                await self._write(prepare.as_push(admitted))
+        except BaseException:
+            await middleware.aunwritten((p for p, _ in admitted or batch), self.pool)
+            raise
+        return [str(p["jid"]) for p, _ in admitted]
+
+    # -- writing -----------------------------------------------------------
+    async def _write(self, content: ConfirmedPush) -> None:
+        if self.confirmed is not None:
+            await self._write_confirmed(self.confirmed, content)
+            return
+        commands, idempotent = prepare.plain_commands(content)
+        if self.buffer is None:
+            await self.pool.pipeline(commands, idempotent=idempotent)
+            return
+        await self.buffer.send(PendingPush(
+            lambda attempts: self.pool.pipeline(commands, idempotent=idempotent,
+                                                attempts=attempts),
+            content.jids, content=content))
+
+    async def _write_confirmed(self, writer: ConfirmedWriter, push: ConfirmedPush) -> None:
+        if self.buffer is not None:
+            # Unconfirmed, it waits in the buffer, sent again (a no-op where it
+            # landed) until replicas confirm it.
+            await self.buffer.send(PendingPush(
+                lambda attempts: writer.awrite(self.pool, push, attempts=attempts),
+                push.jids, replayable=True, content=push))
+            return
+        tries = self.config.redis_retry_attempts
+        for attempt in range(1, tries + 1):
+            try:
+                await writer.awrite(self.pool, push)
+                return
+            except PushNotConfirmedError:
+                # Each try already waited push_replicas_timeout for the replicas.
+                if attempt == tries:
+                    raise
+
+
+_defaults: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncClient] = (
+    weakref.WeakKeyDictionary())
