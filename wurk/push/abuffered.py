@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import collections
 import contextlib
 import os
 import time
@@ -36,19 +35,18 @@ import weakref
 from collections.abc import Awaitable
 from typing import cast
 
-from wurk.core.logging import get_logger
 from wurk.push.buffered import (
     DRAIN_PAUSE_MAX,
     DRAIN_PAUSE_MIN,
+    Backlog,
     PendingPush,
-    PushBufferFullError,
     report_dropped,
     spool_left,
+    still_sending,
 )
 from wurk.push.spool import Destination
 from wurk.settings.hooks import RedisErrorHook
 
-log = get_logger("wurk.push")
 POLL = 0.01  # how often a flush looks at the buffer
 
 
@@ -61,8 +59,7 @@ class AsyncPushBuffer:
         self.spool = spool
         self.send_timeout = send_timeout
         self._pid = os.getpid()
-        self._pending: collections.deque[PendingPush] = collections.deque()
-        self._jobs = 0
+        self._backlog = Backlog(capacity)
         self._drainer: asyncio.Task[None] | None = None
         self._closed = False
         # The push a send is in flight for: at close it may land or not.
@@ -70,10 +67,10 @@ class AsyncPushBuffer:
         _live_buffers.add(self)
 
     def __len__(self) -> int:
-        return self._jobs
+        return len(self._backlog)
 
     async def send(self, push: PendingPush) -> None:
-        if self._pending:
+        if self._backlog:
             self._keep(push)
             return
         try:
@@ -83,24 +80,18 @@ class AsyncPushBuffer:
             if self._closed or not push.worth_keeping(exc):
                 raise
             self._keep(push)
-            log.warning("push.buffered", jids=list(push.jids), waiting=self._jobs,
-                        error=f"{type(exc).__name__}: {exc}")
+            self._backlog.note_kept(push, exc)
 
     def _keep(self, push: PendingPush) -> None:
-        if self._jobs + len(push.jids) > self.capacity:
-            raise PushBufferFullError(
-                f"Redis is unreachable and {self._jobs} jobs already wait to be pushed "
-                f"(push_buffer_size={self.capacity}); this push was not taken")
-        self._pending.append(push)
-        self._jobs += len(push.jids)
+        self._backlog.add(push)
         if self._drainer is None or self._drainer.done():
             self._drainer = asyncio.get_running_loop().create_task(
                 self._drain(), name="wurk-push-drainer")
 
     async def _drain(self) -> None:
         pause = DRAIN_PAUSE_MIN
-        while self._pending and not self._closed:
-            push = self._pending[0]
+        while self._backlog and not self._closed:
+            push = self._backlog.head
             self._sending = push
             try:
                 await _sent(push)
@@ -113,18 +104,12 @@ class AsyncPushBuffer:
                 report_dropped(push, exc, self.on_error)
             self._sending = None
             pause = DRAIN_PAUSE_MIN
-            self._done(push)
-
-    def _done(self, push: PendingPush) -> None:
-        # aclose may have spooled it (and emptied the deque) meanwhile.
-        if self._pending and self._pending[0] is push:
-            self._pending.popleft()
-            self._jobs -= len(push.jids)
+            self._backlog.done(push)
 
     async def flush(self, timeout: float | None = None) -> bool:
         """Wait until everything buffered was sent; False if time ran out."""
         deadline = time.monotonic() + (self.flush_timeout if timeout is None else timeout)
-        while self._pending:
+        while self._backlog:
             if time.monotonic() >= deadline:
                 return False
             await asyncio.sleep(POLL)
@@ -132,7 +117,7 @@ class AsyncPushBuffer:
 
     async def aclose(self) -> None:
         """Flush within the flush timeout, then spool what is left; the drainer stops."""
-        if self._pending and not await self.flush():
+        if self._backlog and not await self.flush():
             deadline = time.monotonic() + self.send_timeout
             self._closed = True
             while self._sending is not None and time.monotonic() < deadline:
@@ -149,16 +134,11 @@ class AsyncPushBuffer:
         """Close the buffer and take what waits in it."""
         self._closed = True
         if self._sending is not None:
-            log.warning("push.still_sending", jids=list(self._sending.jids),
-                        hint="spooled too; its nonce makes a resend of a "
-                             "confirmed push a no-op, a plain one may land twice")
-        left = list(self._pending)
-        self._pending.clear()
-        self._jobs = 0
-        return left
+            still_sending(self._sending)
+        return self._backlog.take_all()
 
     def spool_at_exit(self) -> None:
-        if self._pid == os.getpid() and self._pending:
+        if self._pid == os.getpid() and self._backlog:
             spool_left(self.spool, self.take_left())
 
 

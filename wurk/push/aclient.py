@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import time
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -144,35 +144,33 @@ class AsyncClient:
 
     # -- writing -----------------------------------------------------------
     async def _write(self, content: ConfirmedPush) -> None:
-        if self.confirmed is not None:
-            await self._write_confirmed(self.confirmed, content)
-            return
-        commands, idempotent = prepare.plain_commands(content)
-        if self.buffer is None:
-            await self.pool.pipeline(commands, idempotent=idempotent)
-            return
-        await self.buffer.send(PendingPush(
-            lambda attempts: self.pool.pipeline(commands, idempotent=idempotent,
-                                                attempts=attempts),
-            content.jids, content=content))
-
-    async def _write_confirmed(self, writer: ConfirmedWriter, push: ConfirmedPush) -> None:
+        send = self._sender(content)
         if self.buffer is not None:
-            # Unconfirmed, it waits in the buffer, sent again (a no-op where it
-            # landed) until replicas confirm it.
-            await self.buffer.send(PendingPush(
-                lambda attempts: writer.awrite(self.pool, push, attempts=attempts),
-                push.jids, replayable=True, content=push))
+            # An unconfirmed push waits in the buffer, sent again (a no-op
+            # where it landed) until replicas confirm it.
+            await self.buffer.send(PendingPush(send, content.jids,
+                                               replayable=self.confirmed is not None,
+                                               content=content))
             return
-        tries = self.config.redis_retry_attempts
-        for attempt in range(1, tries + 1):
+        # Unbuffered, a confirmed push gets redis_retry_attempts tries, each
+        # waiting push_replicas_timeout; a plain one raises what it met.
+        tries = self.config.redis_retry_attempts if self.confirmed is not None else 1
+        for left in reversed(range(tries)):
             try:
-                await writer.awrite(self.pool, push)
+                await send(None)
                 return
             except PushNotConfirmedError:
-                # Each try already waited push_replicas_timeout for the replicas.
-                if attempt == tries:
+                if not left:
                     raise
+
+    def _sender(self, content: ConfirmedPush) -> Callable[[int | None], Awaitable[object]]:
+        """Sends ``content`` once; the argument caps the pool's attempts (None: its default)."""
+        writer = self.confirmed
+        if writer is not None:
+            return lambda attempts: writer.awrite(self.pool, content, attempts=attempts)
+        commands, idempotent = prepare.plain_commands(content)
+        return lambda attempts: self.pool.pipeline(commands, idempotent=idempotent,
+                                                   attempts=attempts)
 
 
 _defaults: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncClient] = (

@@ -89,6 +89,57 @@ def unapplied(exc: BaseException) -> bool:
                                                                ErrorKind.FAILOVER)
 
 
+class Backlog:
+    """The pushes waiting in a buffer, oldest first, and how many jobs they hold.
+    Shared by the sync buffer (under its lock) and the asyncio one."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._pushes: collections.deque[PendingPush] = collections.deque()
+        self._jobs = 0
+
+    def __len__(self) -> int:
+        return self._jobs
+
+    def __bool__(self) -> bool:
+        return bool(self._pushes)
+
+    @property
+    def head(self) -> PendingPush:
+        return self._pushes[0]
+
+    def add(self, push: PendingPush) -> None:
+        """Queue ``push`` behind the rest, or raise :class:`PushBufferFullError`."""
+        if self._jobs + len(push.jids) > self.capacity:
+            raise PushBufferFullError(
+                f"Redis is unreachable and {self._jobs} jobs already wait to be pushed "
+                f"(push_buffer_size={self.capacity}); this push was not taken")
+        self._pushes.append(push)
+        self._jobs += len(push.jids)
+
+    def note_kept(self, push: PendingPush, exc: BaseException) -> None:
+        log.warning("push.buffered", jids=list(push.jids), waiting=self._jobs,
+                    error=f"{type(exc).__name__}: {exc}")
+
+    def done(self, push: PendingPush) -> None:
+        """Retire ``push`` if it still heads the queue (the exit path may have taken it)."""
+        if self._pushes and self._pushes[0] is push:
+            self._pushes.popleft()
+            self._jobs -= len(push.jids)
+
+    def take_all(self) -> list[PendingPush]:
+        left = list(self._pushes)
+        self._pushes.clear()
+        self._jobs = 0
+        return left
+
+
+def still_sending(push: PendingPush) -> None:
+    log.warning("push.still_sending", jids=list(push.jids),
+                hint="spooled too; its nonce makes a resend of a "
+                     "confirmed push a no-op, a plain one may land twice")
+
+
 class PushBuffer:
     def __init__(self, pool: RedisPool, capacity: int, flush_timeout: float, *,
                  spool: Destination | None = None, send_timeout: float = 5.0) -> None:
@@ -105,8 +156,7 @@ class PushBuffer:
         _live_buffers.add(self)
 
     def _reset(self) -> None:
-        self._pending: collections.deque[PendingPush] = collections.deque()
-        self._jobs = 0
+        self._backlog = Backlog(self.capacity)
         self._lock = threading.Lock()
         self._drained = threading.Condition(self._lock)
         self._drainer: threading.Thread | None = None
@@ -115,11 +165,11 @@ class PushBuffer:
         self._sending = False
 
     def __len__(self) -> int:
-        return self._jobs
+        return len(self._backlog)
 
     def send(self, push: PendingPush) -> None:
         with self._lock:
-            if self._pending:
+            if self._backlog:
                 self._keep(push)
                 return
         try:
@@ -130,17 +180,11 @@ class PushBuffer:
                 raise
             with self._lock:
                 self._keep(push)
-            log.warning("push.buffered", jids=list(push.jids), waiting=self._jobs,
-                        error=f"{type(exc).__name__}: {exc}")
+            self._backlog.note_kept(push, exc)
 
     def _keep(self, push: PendingPush) -> None:
         """Caller holds the lock."""
-        if self._jobs + len(push.jids) > self.capacity:
-            raise PushBufferFullError(
-                f"Redis is unreachable and {self._jobs} jobs already wait to be pushed "
-                f"(push_buffer_size={self.capacity}); this push was not taken")
-        self._pending.append(push)
-        self._jobs += len(push.jids)
+        self._backlog.add(push)
         if self._drainer is None or not self._drainer.is_alive():
             self._drainer = threads.start("push-drainer", self._drain)
 
@@ -161,19 +205,18 @@ class PushBuffer:
 
     def _next(self) -> PendingPush | None:
         with self._lock:
-            if not self._pending or self._closed:
+            if not self._backlog or self._closed:
                 self._drained.notify_all()
                 return None
             self._sending = True
-            return self._pending[0]
+            return self._backlog.head
 
     def _settle(self, push: PendingPush, *, done: bool) -> None:
         with self._lock:
             self._sending = False
             # The exit path may have spooled it (and emptied the deque) meanwhile.
-            if done and self._pending and self._pending[0] is push:
-                self._pending.popleft()
-                self._jobs -= len(push.jids)
+            if done:
+                self._backlog.done(push)
             self._drained.notify_all()
 
     def _report_dropped(self, push: PendingPush, exc: BaseException) -> None:
@@ -185,7 +228,7 @@ class PushBuffer:
         wait = self.pool.deadline.clip(self.flush_timeout if timeout is None else timeout)
         deadline = time.monotonic() + (wait or 0.0)
         with self._lock:
-            while self._pending:
+            while self._backlog:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return False
@@ -193,7 +236,7 @@ class PushBuffer:
         return True
 
     def flush_at_exit(self) -> None:
-        if self._pid != os.getpid() or not self._pending:
+        if self._pid != os.getpid() or not self._backlog:
             return
         if not self.flush():
             self._spool(self._close())
@@ -206,13 +249,8 @@ class PushBuffer:
             while self._sending and time.monotonic() < deadline:
                 self._drained.wait(0.05)
             if self._sending:
-                log.warning("push.still_sending", jids=list(self._pending[0].jids),
-                            hint="spooled too; its nonce makes a resend of a "
-                                 "confirmed push a no-op, a plain one may land twice")
-            left = list(self._pending)
-            self._pending.clear()
-            self._jobs = 0
-        return left
+                still_sending(self._backlog.head)
+            return self._backlog.take_all()
 
     def _spool(self, left: list[PendingPush]) -> None:
         spool_left(self.spool, left)

@@ -31,7 +31,7 @@ Duties:
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -116,11 +116,7 @@ def _without_refused(batch: list[Prepared], mine: list[int],
 def unwritten(payloads: Iterable[dict[str, Any]], redis: Any) -> None:
     """Give back what built-ins took for payloads that were not written. Raises nothing:
     the caller is already raising the reason the push failed."""
-    chosen = list(payloads)
-    for built_in in BUILT_IN:
-        mine = [payload for payload in chosen if built_in.field in payload]
-        if not mine:
-            continue
+    for built_in, mine in _taken(payloads):
         try:
             built_in.give_back(mine, redis)
         except Exception as exc:  # noqa: BLE001 - what was taken expires on its own
@@ -129,15 +125,20 @@ def unwritten(payloads: Iterable[dict[str, Any]], redis: Any) -> None:
 
 async def aunwritten(payloads: Iterable[dict[str, Any]], redis: Any) -> None:
     """:func:`unwritten` for the asyncio client."""
-    chosen = list(payloads)
-    for built_in in BUILT_IN:
-        mine = [payload for payload in chosen if built_in.field in payload]
-        if not mine:
-            continue
+    for built_in, mine in _taken(payloads):
         try:
             await built_in.agive_back(mine, redis)
         except Exception as exc:  # noqa: BLE001 - what was taken expires on its own
             _give_back_failed(built_in, mine, exc)
+
+
+def _taken(payloads: Iterable[dict[str, Any]]) -> Iterator[tuple[BuiltIn, list[dict[str, Any]]]]:
+    """Each built-in with the payloads that carry its field (skipping those with none)."""
+    chosen = list(payloads)
+    for built_in in BUILT_IN:
+        mine = [payload for payload in chosen if built_in.field in payload]
+        if mine:
+            yield built_in, mine
 
 
 def _give_back_failed(built_in: BuiltIn, mine: list[dict[str, Any]], exc: Exception) -> None:

@@ -35,7 +35,7 @@ from redis.backoff import NoBackoff
 
 from wurk.redis.limits import Deadline
 from wurk.redis.policy import ConnectError, ErrorKind, Plan, PoolExhausted, classify, retry_plan
-from wurk.redis.pool import ReplayReporter, RetrySettings, _report_default
+from wurk.redis.pool import ReplayReporter, RetrySettings, _report_default, settings_of
 from wurk.redis.sentinel import SentinelSettings
 from wurk.settings.hooks import RedisErrorHook
 
@@ -140,13 +140,7 @@ class AsyncRedisPool(ReplayReporter):
 
     @classmethod
     def from_config(cls, config: Config) -> AsyncRedisPool:
-        return cls(config.redis_url, size=config.pool_size,
-                   connect_timeout=config.redis_connect_timeout,
-                   read_timeout=config.redis_read_timeout,
-                   retry=RetrySettings(config.redis_retry_attempts, config.redis_retry_base,
-                                       config.redis_retry_cap),
-                   on_error=config.on_redis_error,
-                   sentinel=SentinelSettings.from_config(config))
+        return cls(config.redis_url, **settings_of(config))
 
     def _note_disruption(self) -> None:
         self.disruptions += 1

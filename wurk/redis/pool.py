@@ -62,6 +62,19 @@ class RetrySettings:
 _live_pools: weakref.WeakSet[RedisPool] = weakref.WeakSet()
 
 
+def settings_of(config: Config) -> dict[str, Any]:
+    """The pool arguments a config gives, but its URL (for the sync and the asyncio pool)."""
+    return {
+        "size": config.pool_size,
+        "connect_timeout": config.redis_connect_timeout,
+        "read_timeout": config.redis_read_timeout,
+        "retry": RetrySettings(config.redis_retry_attempts, config.redis_retry_base,
+                               config.redis_retry_cap),
+        "on_error": config.on_redis_error,
+        "sentinel": SentinelSettings.from_config(config),
+    }
+
+
 class ReplayReporter:
     """What the sync and the asyncio pool share: their retry settings, error
     hook and deadline, and the report made before each replay or give-up."""
@@ -118,15 +131,7 @@ class RedisPool(ReplayReporter):
 
     @classmethod
     def from_config(cls, config: Config) -> RedisPool:
-        return cls(
-            config.redis_url, size=config.pool_size,
-            connect_timeout=config.redis_connect_timeout,
-            read_timeout=config.redis_read_timeout,
-            retry=RetrySettings(config.redis_retry_attempts, config.redis_retry_base,
-                                config.redis_retry_cap),
-            on_error=config.on_redis_error,
-            sentinel=SentinelSettings.from_config(config),
-        )
+        return cls(config.redis_url, **settings_of(config))
 
     def _reset_state(self) -> None:
         # Bumped whenever a connection is dropped for a transient error (I/O,
