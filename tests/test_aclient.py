@@ -93,7 +93,7 @@ def test_a_naive_datetime_is_refused_before_anything_is_sent(
         config: Config, r: redis.Redis, define: Define) -> None:
     fn = define(job)
     with pytest.raises(ArgumentError, match="timezone-aware"):
-        run(lambda _: fn.aperform_at(datetime(2030, 1, 1), 1))  # noqa: DTZ001 - the point
+        run(lambda _: fn.aperform_at(datetime(2030, 1, 1), 1))
     with pytest.raises(ArgumentError):
         run(lambda _: fn.aperform_async(1, 2, 3, 4))  # too many for job(a, b)
     with pytest.raises(TypeError, match="JSON"):

@@ -33,6 +33,7 @@ import redis.exceptions as rx
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
+from wurk.redis.connection import quiet_and_open
 from wurk.redis.limits import Deadline
 from wurk.redis.policy import ConnectError, ErrorKind, Plan, PoolExhausted, classify, retry_plan
 from wurk.redis.pool import ReplayReporter, RetrySettings, _report_default, settings_of
@@ -56,7 +57,7 @@ class AsyncConn:
     async def _dial(self) -> None:
         raw = self.raw
         if raw.is_connected:
-            if not await _server_closed(raw):
+            if not _server_closed(raw):
                 return
             await raw.disconnect(nowait=True)
             self._on_redial()
@@ -103,11 +104,21 @@ class AsyncConn:
         await self.raw.disconnect(nowait=True)
 
 
-async def _server_closed(raw: Any) -> bool:
-    """True when an idle socket must be re-dialed: EOF, an error, or bytes nobody asked for."""
+def _server_closed(raw: Any) -> bool:
+    """True when an idle socket must be re-dialed: EOF, an error, or bytes nobody
+    asked for. The loop may not have read the server's FIN yet (it stopped a
+    moment ago), so the socket itself is peeked too, without blocking."""
+    reader, writer = raw._reader, raw._writer
+    if reader is None or writer is None or writer.transport.is_closing():
+        return True
+    if reader.at_eof() or len(reader._buffer):
+        return True
+    sock = writer.get_extra_info("socket")
+    if sock is None or quiet_and_open is None:
+        return False
     try:
-        return bool(await raw.can_read())
-    except (rx.RedisError, OSError):
+        return not quiet_and_open(sock.fileno())
+    except OSError:
         return True
 
 
