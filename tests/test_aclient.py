@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -234,3 +238,14 @@ def test_the_default_client_is_per_loop_and_follows_configure(
     assert other is not first  # a new loop, a new client (the old one's loop is gone)
     new = wurk.configure(Config(redis_url=config.redis_url, log_level="warning"))
     assert asyncio.run(defaults())[0].config is new
+
+
+def test_the_async_enqueue_example_runs(redis_server: Any, r: redis.Redis) -> None:
+    env = {**os.environ, "REDIS_URL": redis_server.url}
+    done = subprocess.run([sys.executable, "-W", "error", "-m", "examples.async_enqueue", "3"],
+                          cwd=Path(__file__).resolve().parent.parent, env=env,
+                          capture_output=True, text=True, timeout=30, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "expected: jobs=9"
+    in_queues = sum(r.llen(f"queue:{q}") for q in r.smembers("queues"))
+    assert in_queues + r.zcard("schedule") == 9 and r.zcard("schedule") == 1

@@ -141,7 +141,7 @@ async def aadmit(batch: Sequence[tuple[dict[str, Any], float | None]],
     wanted, lock_keys, args = _lock_request(batch)
     if not lock_keys:
         return [True] * len(batch)
-    replies = await redis.run(lambda c: UNIQUE_LOCK.arun(c, lock_keys, args), idempotent=True)
+    replies = await redis.run(lambda c: c.script(UNIQUE_LOCK, lock_keys, args), idempotent=True)
     return _verdicts(batch, wanted, replies)
 
 
@@ -193,7 +193,7 @@ async def agive_back(payloads: Iterable[Mapping[str, Any]], redis: AsyncRedisPoo
     lock_keys, jids = _held(payloads)
     if not lock_keys:
         return 0
-    return int(await redis.run(lambda c: UNIQUE_RELEASE.arun(c, lock_keys, jids),
+    return int(await redis.run(lambda c: c.script(UNIQUE_RELEASE, lock_keys, jids),
                                idempotent=True))
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import redis.asyncio as aredis
 import redis.exceptions as rx
@@ -44,6 +44,16 @@ if TYPE_CHECKING:
     from wurk.settings.config import Config
 
 T = TypeVar("T")
+
+
+class Scripted(Protocol):
+    """A Lua script run by SHA (:class:`wurk.wire.lua.Script`)."""
+
+    @property
+    def sha(self) -> str: ...
+
+    @property
+    def source(self) -> str: ...
 
 
 class AsyncConn:
@@ -99,6 +109,15 @@ class AsyncConn:
                 if isinstance(reply, rx.ResponseError):
                     raise reply
         return replies
+
+    async def script(self, script: Scripted, keys: list[str], args: list[Any]) -> Any:
+        """EVALSHA; on NOSCRIPT (a restarted or flushed Redis, nothing ran) load and go again."""
+        command = ("EVALSHA", script.sha, len(keys), *keys, *args)
+        try:
+            return await self.call(*command)
+        except rx.NoScriptError:
+            await self.call("SCRIPT", "LOAD", script.source)
+        return await self.call(*command)
 
     async def close(self) -> None:
         await self.raw.disconnect(nowait=True)

@@ -16,14 +16,11 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import redis.exceptions as rx
 
 from wurk.redis.connection import Conn
-
-if TYPE_CHECKING:
-    from wurk.redis.apool import AsyncConn
 
 
 @dataclass(frozen=True)
@@ -45,15 +42,6 @@ class Script:
         except rx.NoScriptError:
             conn.call("SCRIPT", "LOAD", self.source)
             return conn.call("EVALSHA", self.sha, len(keys), *keys, *args)
-
-    async def arun(self, conn: AsyncConn, keys: list[str], args: list[Any]) -> Any:
-        """:meth:`run` on an asyncio connection."""
-        command = ("EVALSHA", self.sha, len(keys), *keys, *args)
-        try:
-            return await conn.call(*command)
-        except rx.NoScriptError:
-            await conn.call("SCRIPT", "LOAD", self.source)
-        return await conn.call(*command)
 
 
 # Pop the first member of a sorted set whose score is at most ARGV[1].
