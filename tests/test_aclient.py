@@ -35,10 +35,15 @@ STAMPS = ("jid", "created_at", "enqueued_at")
 
 def run(make: Callable[[wurk.AsyncClient], Awaitable[T]], config: Config | None = None,
         **kwargs: Any) -> T:
-    """Run ``make(client)`` on a fresh loop with a fresh AsyncClient, closed after."""
+    """Run ``make(client)`` on a fresh loop with a fresh AsyncClient; both it and
+    the loop's default client are closed after."""
     async def main() -> T:
-        async with wurk.AsyncClient(config, **kwargs) as client:
-            return await make(client)
+        try:
+            async with wurk.AsyncClient(config, **kwargs) as client:
+                return await make(client)
+        finally:
+            # The job verbs push through the loop's default client: close it too.
+            await wurk.AsyncClient.default().aclose()
     return asyncio.run(main())
 
 

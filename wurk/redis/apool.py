@@ -237,3 +237,7 @@ class AsyncRedisPool(ReplayReporter):
         idle, self._idle = self._idle, []
         for conn in idle:
             await conn.close()
+        # With Sentinel, the manager's own connections to the sentinels too.
+        manager = getattr(self._template, "sentinel_manager", None)
+        for sentinel in getattr(manager, "sentinels", ()):
+            await sentinel.aclose()
