@@ -238,7 +238,8 @@ def test_aclose_spools_what_redis_never_took_and_a_drainer_pushes_it_once(
     own_redis.stop()
 
     async def main() -> list[str | None]:
-        async with wurk.AsyncClient(config) as client:
+        # No spool drainer of its own: the test drains the spool itself.
+        async with wurk.AsyncClient(config, drain_spool=False) as client:
             return [await client.push({"class": "Echo", "args": [i]}) for i in range(5)]
 
     with capture_logs() as logs:

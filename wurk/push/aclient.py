@@ -25,6 +25,8 @@ Duties:
    unconfirmed pushes raise :class:`~wurk.push.confirmed.PushNotConfirmedError`
    (or wait in the buffer and are sent again, as in the sync client).
 6. One default client per running event loop (:meth:`AsyncClient.default`).
+7. At start, have what earlier processes left in the spool pushed in the
+   background (a thread, as the sync client does), unless told not to.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from wurk.push.buffered import PendingPush
 from wurk.push.confirmed import ConfirmedPush, ConfirmedWriter, PushNotConfirmedError
 from wurk.push.prepare import Prepared
 from wurk.push.spool import Destination
+from wurk.push.spool_drain import drain_at_start
 from wurk.redis.apool import AsyncRedisPool
 from wurk.redis.pools import pool_for
 from wurk.settings.config import Config, default_config
@@ -55,7 +58,7 @@ class AsyncClient:
     """Pushes jobs from async code. Belongs to the event loop that first uses it."""
 
     def __init__(self, config: Config | None = None, *, pool: AsyncRedisPool | None = None,
-                 buffered: bool | None = None,
+                 buffered: bool | None = None, drain_spool: bool = True,
                  middleware: Sequence[ClientMiddleware] | None = None) -> None:
         self.config = config or default_config()
         self.pool = pool or AsyncRedisPool.from_config(self.config)
@@ -72,6 +75,10 @@ class AsyncClient:
         self.confirmed = (ConfirmedWriter(replicas, c.push_replicas_timeout,
                                           c.redis_read_timeout)
                           if replicas else None)
+        if drain_spool:
+            # What earlier processes spooled, pushed by a thread of its own (as
+            # the sync client does): nothing of it runs on the loop.
+            drain_at_start(self.config, pool_for(self.config))
 
     @classmethod
     def default(cls) -> AsyncClient:
