@@ -23,7 +23,9 @@ from tests.faultproxy import FaultProxy
 from tests.test_confirmed_push import FAST_SYNC, Pair, pair  # noqa: F401 - the fixture
 from wurk.push import spool
 from wurk.push.spool_drain import drain_once
-from wurk.redis.policy import ConnectError
+from wurk.redis.apool import AsyncConn, AsyncRedisPool
+from wurk.redis.policy import ConnectError, PoolExhausted
+from wurk.redis.pool import RetrySettings
 from wurk.redis.pools import pool_for
 from wurk.settings.config import Config
 
@@ -275,3 +277,29 @@ def test_a_loop_that_ends_without_aclose_spools_its_buffer_at_exit() -> None:
     with name.path.open("rb") as fh:
         entries = list(spool.read_entries(fh, spool.read_header(fh)))
     assert len(entries) == 3 and entries[0].jid in done.stdout
+
+
+def test_a_checkout_that_starves_raises_pool_exhausted_and_the_buffer_keeps_the_push(
+        redis_server: RedisServer, r: redis.Redis) -> None:
+    pool = AsyncRedisPool(redis_server.url, size=1, retry=RetrySettings(checkout_timeout=0.1))
+
+    async def hold(conn: AsyncConn) -> None:
+        await conn.call("PING")
+        await asyncio.sleep(0.5)
+
+    async def main() -> int:
+        client = wurk.AsyncClient(settings(redis_server.url), pool=pool)
+        holder = asyncio.create_task(pool.run(hold))
+        await asyncio.sleep(0.05)
+        with pytest.raises(PoolExhausted):
+            await pool.call("PING")
+        await client.push({"class": "Echo", "args": ["starved"]})  # nothing sent: kept
+        assert client.buffer is not None
+        waiting = len(client.buffer)
+        await holder
+        assert await client.buffer.flush(5)
+        await client.aclose()
+        return waiting
+
+    assert asyncio.run(main()) == 1
+    assert queued(r) == ["starved"]

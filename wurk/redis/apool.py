@@ -177,8 +177,11 @@ class AsyncRedisPool(ReplayReporter):
 
     async def _checkout(self) -> AsyncConn:
         try:
-            async with asyncio.timeout(self.retry.checkout_timeout):
-                await self._slots.acquire()
+            if self._slots.locked():
+                async with asyncio.timeout(self.retry.checkout_timeout):
+                    await self._slots.acquire()
+            else:
+                await self._slots.acquire()  # free: no timer to arm
         except TimeoutError:
             exc = PoolExhausted(f"no Redis connection free in {self.size}-slot pool")
             self.on_error(exc, attempt=1, action="give_up")
