@@ -6,7 +6,9 @@ pushes still buffered. Real redis-servers, the fault proxy, a real process.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import socket
 import subprocess
 import sys
 import time
@@ -303,3 +305,43 @@ def test_a_checkout_that_starves_raises_pool_exhausted_and_the_buffer_keeps_the_
 
     assert asyncio.run(main()) == 1
     assert queued(r) == ["starved"]
+
+
+def test_the_loop_keeps_ticking_while_a_dial_hangs(r: redis.Redis) -> None:
+    """A listener whose accept queue is full drops every new SYN: each dial
+    hangs until the connect timeout, as with a host that went dark."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    fillers = []
+    for _ in range(3):  # fill the accept queue; these are never accepted
+        filler = socket.socket()
+        filler.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            filler.connect(("127.0.0.1", port))
+        fillers.append(filler)
+    time.sleep(0.1)
+    probe = LagProbe()
+
+    async def main() -> tuple[int, float]:
+        ticking = asyncio.create_task(probe.run())
+        client = wurk.AsyncClient(Config(redis_url=f"redis://127.0.0.1:{port}/0",
+                                         redis_connect_timeout=HOLD, redis_retry_attempts=1,
+                                         push_flush_timeout=0.1, log_level="warning"))
+        started = time.monotonic()
+        await asyncio.gather(*(client.push({"class": "Echo", "args": [i]}) for i in range(10)))
+        waited = time.monotonic() - started
+        assert client.buffer is not None
+        kept = len(client.buffer)
+        await client.aclose()  # spools them
+        ticking.cancel()
+        return kept, waited
+
+    try:
+        kept, waited = asyncio.run(main())
+    finally:
+        for sock in (*fillers, listener):
+            sock.close()
+    assert kept == 10 and waited >= HOLD * 0.8  # the dials did hang, and were given up
+    assert probe.worst < MAX_LAG, f"the loop stalled for {probe.worst:.3f}s"
