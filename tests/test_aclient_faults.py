@@ -33,8 +33,8 @@ from wurk.settings.config import Config
 
 REPO = Path(__file__).resolve().parent.parent
 # A blocking client would stall the loop this long; the probe allows a fraction.
-HOLD = 1.5
-MAX_LAG = 0.5
+HOLD = 2.0
+MAX_LAG = 0.8
 
 
 def settings(url: str, **extra: Any) -> Config:
