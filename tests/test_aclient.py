@@ -254,3 +254,27 @@ def test_the_async_enqueue_example_runs(redis_server: Any, r: redis.Redis) -> No
     assert done.stdout.splitlines()[-1] == "expected: jobs=9"
     in_queues = sum(r.llen(f"queue:{q}") for q in r.smembers("queues"))
     assert in_queues + r.zcard("schedule") == 9 and r.zcard("schedule") == 1
+
+
+def test_a_built_in_step_with_no_async_form_runs_on_a_thread(
+        config: Config, r: redis.Redis, define: Define,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from wurk.push import middleware, unique
+    from wurk.wire.unique import FOR
+
+    threads: list[str] = []
+
+    def admit(batch: Any, pool: Any) -> list[bool]:
+        threads.append(threading.current_thread().name)
+        assert isinstance(pool, RedisPool)  # the sync pool, on a worker thread
+        return unique.admit(batch, pool)
+
+    monkeypatch.setattr(middleware, "BUILT_IN",
+                        (middleware.BuiltIn(FOR, admit, unique.give_back),))
+    fn = define(job, unique_for=60)
+    assert run(lambda _: fn.aperform_async(1)) is not None
+    assert run(lambda _: fn.aperform_async(1)) is None  # still deduplicated
+    assert len(threads) == 2 and threading.main_thread().name not in threads
+    assert len(queued(r)) == 1

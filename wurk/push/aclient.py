@@ -52,6 +52,7 @@ from wurk.settings.hooks import ClientMiddleware
 
 if TYPE_CHECKING:
     from wurk.push.options import JobOptions
+    from wurk.redis.pool import RedisPool
 
 
 class AsyncClient:
@@ -131,21 +132,25 @@ class AsyncClient:
     def _normalise(self, item: Mapping[str, Any], now: float) -> Prepared:
         return prepare.normalise(item, now, self.config.timestamps)
 
+    def _sync_pool(self) -> RedisPool:
+        return pool_for(self.config)
+
     def _through_middleware(self, prepared: Prepared, now: float) -> Prepared | None:
         chain = self.config.client_middleware if self._middleware is None else self._middleware
         # The chain is sync, and gets the sync pool: a middleware that uses it blocks the loop.
         return prepare.through_middleware(chain, prepared, now, self.config.timestamps,
-                                          pool_for(self.config) if chain else None)
+                                          self._sync_pool() if chain else None)
 
     async def _admit_and_write(self, batch: list[Prepared]) -> list[str]:
         """The built-in steps, then the write; what the steps took is given back on failure."""
         admitted: list[Prepared] = []
         try:
-            admitted = await middleware.aadmit(batch, self.pool)
+            admitted = await middleware.aadmit(batch, self.pool, self._sync_pool)
             if admitted:
                 await self._write(prepare.as_push(admitted))
         except BaseException:
-            await middleware.aunwritten((p for p, _ in admitted or batch), self.pool)
+            await middleware.aunwritten((p for p, _ in admitted or batch), self.pool,
+                                        self._sync_pool)
             raise
         return [str(p["jid"]) for p, _ in admitted]
 

@@ -25,12 +25,14 @@ Duties:
    for them (the unique lock), so a push the caller tries again is not
    refused as its own duplicate.
 5. ``aadmit`` and ``aunwritten``: the same built-in steps for the asyncio
-   client (:mod:`wurk.push.aclient`), awaited on its pool. The application's
-   chain itself is sync in both clients.
+   client (:mod:`wurk.push.aclient`), awaited on its pool; a step with no
+   async form runs its sync one on a worker thread, off the event loop. The
+   application's chain itself is sync in both clients.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -50,9 +52,10 @@ class BuiltIn:
     field: str  # a payload carrying this field goes through this step
     admit: Callable[[Sequence[Prepared], Any], list[bool]]  # True: written
     give_back: Callable[[Iterable[dict[str, Any]], Any], object]
-    # The same two for the asyncio client, on its pool.
-    aadmit: Callable[[Sequence[Prepared], Any], Awaitable[list[bool]]]
-    agive_back: Callable[[Iterable[dict[str, Any]], Any], Awaitable[object]]
+    # The same two for the asyncio client, on its pool. A step without them
+    # runs its sync pair on a worker thread with the sync pool, off the loop.
+    aadmit: Callable[[Sequence[Prepared], Any], Awaitable[list[bool]]] | None = None
+    agive_back: Callable[[Iterable[dict[str, Any]], Any], Awaitable[object]] | None = None
 
 
 # Run after the application's chain, so the lock is taken on the arguments as
@@ -88,13 +91,18 @@ def admit(batch: list[Prepared], redis: Callable[[], Any]) -> list[Prepared]:
     return batch
 
 
-async def aadmit(batch: list[Prepared], redis: Any) -> list[Prepared]:
-    """:func:`admit` for the asyncio client: each step through its pool."""
+async def aadmit(batch: list[Prepared], redis: Any,
+                 sync_redis: Callable[[], Any]) -> list[Prepared]:
+    """:func:`admit` for the asyncio client: each step through its pool
+    (``redis``), or a step with no async form on a thread with ``sync_redis()``."""
     for built_in in BUILT_IN:
         mine = _carrying(batch, built_in.field)
-        if mine:
-            batch = _without_refused(batch, mine,
-                                     await built_in.aadmit([batch[i] for i in mine], redis))
+        if not mine:
+            continue
+        chosen = [batch[i] for i in mine]
+        verdicts = (await built_in.aadmit(chosen, redis) if built_in.aadmit is not None
+                    else await asyncio.to_thread(built_in.admit, chosen, sync_redis()))
+        batch = _without_refused(batch, mine, verdicts)
     return batch
 
 
@@ -123,11 +131,15 @@ def unwritten(payloads: Iterable[dict[str, Any]], redis: Any) -> None:
             _give_back_failed(built_in, mine, exc)
 
 
-async def aunwritten(payloads: Iterable[dict[str, Any]], redis: Any) -> None:
-    """:func:`unwritten` for the asyncio client."""
+async def aunwritten(payloads: Iterable[dict[str, Any]], redis: Any,
+                     sync_redis: Callable[[], Any]) -> None:
+    """:func:`unwritten` for the asyncio client (as :func:`aadmit` picks its pools)."""
     for built_in, mine in _taken(payloads):
         try:
-            await built_in.agive_back(mine, redis)
+            if built_in.agive_back is not None:
+                await built_in.agive_back(mine, redis)
+            else:
+                await asyncio.to_thread(built_in.give_back, mine, sync_redis())
         except Exception as exc:  # noqa: BLE001 - what was taken expires on its own
             _give_back_failed(built_in, mine, exc)
 
