@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -21,11 +22,13 @@ import pytest
 import redis
 
 import wurk
+from wurk.push import middleware, unique
 from wurk.push.client import BULK_BATCH, Client
 from wurk.push.job import JobFunction
 from wurk.redis.pool import RedisPool
 from wurk.settings.config import Config
 from wurk.wire.payload import ArgumentError
+from wurk.wire.unique import FOR
 
 T = TypeVar("T")
 Define = Callable[..., JobFunction[..., Any]]
@@ -259,11 +262,6 @@ def test_the_async_enqueue_example_runs(redis_server: Any, r: redis.Redis) -> No
 def test_a_built_in_step_with_no_async_form_runs_on_a_thread(
         config: Config, r: redis.Redis, define: Define,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    import threading
-
-    from wurk.push import middleware, unique
-    from wurk.wire.unique import FOR
-
     threads: list[str] = []
 
     def admit(batch: Any, pool: Any) -> list[bool]:
