@@ -19,8 +19,9 @@ Duties:
    Both report from the job's scope when the middleware kept one (the
    breadcrumbs of the run), else from a scope built from the payload (a class
    no module registered fails before the middleware runs).
-3. Arguments: ``send_args=None`` follows the SDK's ``send_default_pii``
-   (off by default, as in its RQ and Celery integrations), ``True`` and
+3. Arguments: ``send_args=None`` follows the SDK's rule for the arguments
+   of its RQ and Celery integrations (``data_collection={"queues": ...}``,
+   else ``send_default_pii``: off unless the application turned it on), ``True`` and
    ``False`` decide, and a function ``scrub(args)`` sends what it returns
    (its failure sends nothing of them).
 4. :func:`instrument`: add the middleware and the chosen reporter, once.
@@ -73,8 +74,17 @@ def job_args(payload: Mapping[str, Any], send_args: SendArgs) -> Any:
             return send_args(list(args) if isinstance(args, list) else [])
         except Exception:  # noqa: BLE001 - a scrubber that fails sends nothing of them
             return SENSITIVE_DATA_SUBSTITUTE
-    allowed = should_send_default_pii() if send_args is None else send_args
+    allowed = _sdk_sends_queue_data() if send_args is None else send_args
     return args if allowed else SENSITIVE_DATA_SUBSTITUTE
+
+
+def _sdk_sends_queue_data() -> bool:
+    """The SDK's own rule for its queue integrations' arguments: ``data_collection``'s
+    ``queues`` when the application set ``data_collection``, else ``send_default_pii``."""
+    collection = sentry_sdk.get_client().options.get("data_collection")
+    if isinstance(collection, dict) and collection.get("provided_by_user"):
+        return bool(collection.get("queues"))
+    return should_send_default_pii()
 
 
 def describe(scope: Scope, payload: Mapping[str, Any], queue: str | None,
