@@ -289,3 +289,9 @@ def test_the_how_to_example_runs(redis_server: Any, r: redis.Redis) -> None:
     assert {s.name for s in spans} == {"publish default", "process default"}
     assert len({s.context.trace_id for s in spans}) == 1
     wurk.registry.discard("send_welcome")
+
+
+def test_the_how_to_page_shows_the_example_file_whole() -> None:
+    root = Path(__file__).resolve().parent.parent
+    example = (root / "examples" / "otel_tracing.py").read_text()
+    assert f"```python\n{example}```" in (root / "docs" / "how-to" / "opentelemetry.md").read_text()

@@ -259,3 +259,9 @@ def test_the_how_to_example_runs(redis_server: Any, r: redis.Redis, events: Even
     assert event["extra"]["wurk-job"]["args"] == [1234, "[Filtered]"]
     assert [b["message"] for b in event["breadcrumbs"]["values"]] == ["charging order 1234"]
     wurk.registry.discard("charge_card")
+
+
+def test_the_how_to_page_shows_the_example_file_whole() -> None:
+    root = Path(__file__).resolve().parent.parent
+    example = (root / "examples" / "sentry_reporting.py").read_text()
+    assert f"```python\n{example}```" in (root / "docs" / "how-to" / "sentry.md").read_text()

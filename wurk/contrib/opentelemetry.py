@@ -21,7 +21,8 @@ Duties:
    on the span (``record_exception``, status ERROR, ``error.type``); a
    limiter's reschedule is not a failure, only an event.
 3. Messaging semantic-convention attributes on both spans.
-4. :func:`instrument`: add both middlewares to a Config, once.
+4. :func:`instrument`: add both middlewares to a Config, once; without a
+   Config, to the default one and each later default (``wurk.contrib._follow``).
 5. Import OpenTelemetry only here; without it, an ImportError that names
    the ``wurk[opentelemetry]`` extra.
 """
@@ -42,6 +43,7 @@ except ImportError as missing:  # pragma: no cover - exercised in a subprocess t
         "wurk.contrib.opentelemetry needs the OpenTelemetry API: "
         "pip install 'wurk[opentelemetry]'") from missing
 
+from wurk.contrib._follow import each_default
 from wurk.limiter.base import reschedulable
 from wurk.settings.config import Config
 from wurk.version import __version__
@@ -187,15 +189,21 @@ class ConsumerMiddleware:
                 raise
 
 
-def instrument(config: Config, *, tracer_provider: trace.TracerProvider | None = None,
+def instrument(config: Config | None = None, *,
+               tracer_provider: trace.TracerProvider | None = None,
                propagation: Propagation = "child") -> Config:
     """Trace every push and every run of ``config``; returns it. Calling it again does nothing.
 
-    The producer goes last in ``client_middleware`` (it sees the payload as the
-    other middlewares left it) and the consumer first in ``server_middleware``
-    (its span covers the other middlewares, and their errors).
+    Without a config: the process's default one, and each one that later
+    becomes the default (a swarm child's slot). The producer goes last in
+    ``client_middleware`` (it sees the payload as the other middlewares left
+    it) and the consumer first in ``server_middleware`` (its span covers the
+    other middlewares, and their errors).
     """
     consumer = ConsumerMiddleware(tracer_provider, propagation)  # checks propagation first
+    if config is None:
+        return each_default(lambda default: instrument(
+            default, tracer_provider=tracer_provider, propagation=propagation))
     if not any(isinstance(mw, ProducerMiddleware) for mw in config.client_middleware):
         config.client_middleware.append(ProducerMiddleware(tracer_provider))
     if not any(isinstance(mw, ConsumerMiddleware) for mw in config.server_middleware):

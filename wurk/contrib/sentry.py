@@ -24,7 +24,8 @@ Duties:
    else ``send_default_pii``: off unless the application turned it on), ``True`` and
    ``False`` decide, and a function ``scrub(args)`` sends what it returns
    (its failure sends nothing of them).
-4. :func:`instrument`: add the middleware and the chosen reporter, once.
+4. :func:`instrument`: add the middleware and the chosen reporter, once;
+   without a Config, to the default one and each later default.
 5. Import sentry_sdk only here; without it, an ImportError naming the
    ``wurk[sentry]`` extra.
 """
@@ -45,6 +46,7 @@ except ImportError as missing:  # pragma: no cover - exercised in a subprocess t
         "wurk.contrib.sentry needs the Sentry SDK: pip install 'wurk[sentry]'") from missing
 
 from wurk.api.errors import JobKilledError
+from wurk.contrib._follow import each_default
 from wurk.settings.config import Config
 
 Report = Literal["every", "final"]
@@ -177,17 +179,22 @@ class DeathReporter:
         _report(exc, payload, None, self.send_args)
 
 
-def instrument(config: Config, *, report: Report = "every",
+def instrument(config: Config | None = None, *, report: Report = "every",
                send_args: SendArgs = None) -> Config:
     """Report the failures of ``config``'s jobs to Sentry; returns it. Again does nothing.
 
-    ``sentry_sdk.init`` is the application's to call, before or after this.
+    Without a config: the process's default one, and each one that later
+    becomes the default (a swarm child's slot). ``sentry_sdk.init`` is the
+    application's to call, before or after this.
     """
     if report not in REPORTS:
         raise ValueError(f"report must be one of {', '.join(REPORTS)}, not {report!r}")
     if not (send_args is None or isinstance(send_args, bool) or callable(send_args)):
         raise TypeError(f"send_args must be None, a bool or a function, "
                         f"not {type(send_args).__name__}")
+    if config is None:
+        return each_default(lambda default: instrument(default, report=report,
+                                                       send_args=send_args))
     if not any(isinstance(mw, SentryMiddleware) for mw in config.server_middleware):
         config.server_middleware.insert(0, SentryMiddleware(send_args))
     reporters = (*config.error_handlers, *config.death_handlers)
