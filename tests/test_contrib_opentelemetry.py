@@ -247,6 +247,16 @@ def test_a_payload_with_an_unusable_context_still_runs_in_a_root_span(
     assert span.parent is None
 
 
+def test_attributes_from_a_hostile_payload_are_bounded() -> None:
+    attrs = wotel.attributes({"class": "C" * 50_000, "jid": "j" * 50_000,
+                              "retry_count": 10**30, "wrapped": 7}, "default", "process")
+    assert len(attrs["messaging.sidekiq.job_class"]) == len(attrs["messaging.message.id"]) == 1000
+    assert "messaging.sidekiq.retry_count" not in attrs
+    odd = wotel.attributes({"class": None, "jid": 5, "retry_count": True}, "q", "process")
+    assert odd["messaging.sidekiq.job_class"] == "None"
+    assert "messaging.message.id" not in odd and "messaging.sidekiq.retry_count" not in odd
+
+
 def test_a_reschedule_by_a_limiter_is_not_an_error(
         config: Config, provider: TracerProvider, exporter: InMemorySpanExporter) -> None:
     from wurk.limiter import OverLimit, concurrent
@@ -278,7 +288,21 @@ def test_instrument_is_idempotent_and_checks_its_options(config: Config) -> None
         wotel.instrument(Config(), propagation="sibling")  # type: ignore[arg-type]
 
 
-def test_the_how_to_example_runs(redis_server: Any, r: redis.Redis) -> None:
+@pytest.fixture
+def default_restored(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """An example installs its own default Config: give the next tests theirs back."""
+    from wurk.redis.pools import close_pool
+    from wurk.settings import config as settings
+
+    monkeypatch.setattr(settings, "_default", settings._default)
+    monkeypatch.setattr(wurk.Client, "_default", None)
+    yield
+    if settings._default is not None:
+        close_pool(settings._default)
+
+
+def test_the_how_to_example_runs(redis_server: Any, r: redis.Redis,
+                                 default_restored: None) -> None:
     from wurk.runtime.loading import load_modules
 
     example = Path(__file__).resolve().parent.parent / "examples" / "otel_tracing.py"

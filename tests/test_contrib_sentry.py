@@ -249,6 +249,12 @@ def test_a_wurk_run_process_reports_a_dead_job(
 
 def test_the_how_to_example_runs(redis_server: Any, r: redis.Redis, events: Events,
                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from wurk.redis.pools import close_pool
+    from wurk.settings import config as settings
+
+    # The example installs its own default Config: the next tests get theirs back.
+    monkeypatch.setattr(settings, "_default", settings._default)
+    monkeypatch.setattr(wurk.Client, "_default", None)
     from examples.sentry_reporting import main
 
     monkeypatch.setenv("SENTRY_DSN", "http://key@localhost/1")
@@ -259,6 +265,7 @@ def test_the_how_to_example_runs(redis_server: Any, r: redis.Redis, events: Even
     assert event["extra"]["wurk-job"]["args"] == [1234, "[Filtered]"]
     assert [b["message"] for b in event["breadcrumbs"]["values"]] == ["charging order 1234"]
     wurk.registry.discard("charge_card")
+    close_pool(settings._default)
 
 
 def test_the_how_to_page_shows_the_example_file_whole() -> None:

@@ -56,6 +56,10 @@ SYSTEM = "sidekiq"
 # W3C caps traceparent at 55 characters and tracestate at 32 entries of at
 # most 256 each; anything longer in a payload is not a context we wrote.
 MAX_FIELD = 8192
+# Attributes come from an untrusted payload: strings are cut, and a count
+# outside int64 (what OTLP carries) is left out.
+MAX_TEXT = 1000
+MAX_COUNT = 2**63 - 1
 SCOPE = "wurk.contrib.opentelemetry"
 
 
@@ -84,7 +88,8 @@ def _tracer(provider: trace.TracerProvider | None) -> trace.Tracer:
 def _job_class(payload: Mapping[str, Any]) -> str:
     """The class to report: an ActiveJob wrapper's ``wrapped`` when present (as Ruby does)."""
     wrapped = payload.get("wrapped")
-    return wrapped if isinstance(wrapped, str) else str(payload.get("class"))
+    name = wrapped if isinstance(wrapped, str) else str(payload.get("class"))
+    return name[:MAX_TEXT]
 
 
 def attributes(payload: Mapping[str, Any], queue: str, operation: str) -> dict[str, Any]:
@@ -102,9 +107,9 @@ def attributes(payload: Mapping[str, Any], queue: str, operation: str) -> dict[s
     }
     jid = payload.get("jid")
     if isinstance(jid, str):
-        attrs["messaging.message.id"] = jid
+        attrs["messaging.message.id"] = jid[:MAX_TEXT]
     count = payload.get("retry_count")
-    if isinstance(count, int) and not isinstance(count, bool):
+    if isinstance(count, int) and not isinstance(count, bool) and abs(count) <= MAX_COUNT:
         attrs["messaging.sidekiq.retry_count"] = count
     return attrs
 
