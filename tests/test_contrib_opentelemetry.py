@@ -247,6 +247,25 @@ def test_a_payload_with_an_unusable_context_still_runs_in_a_root_span(
     assert span.parent is None
 
 
+def test_a_child_run_sees_the_pushers_baggage_and_a_linked_run_does_not(
+        config: Config, provider: TracerProvider) -> None:
+    from opentelemetry import baggage, context
+
+    payload: dict[str, Any] = {"class": "X", "jid": "j", "args": []}
+    token = context.attach(baggage.set_baggage("tenant", "acme"))
+    try:
+        wotel.ProducerMiddleware(provider)("X", payload, "default", None, lambda: None)
+    finally:
+        context.detach(token)
+    assert payload["baggage"] == "tenant=acme"
+    seen = []
+    for propagation in ("child", "link"):
+        consumer = wotel.ConsumerMiddleware(provider, propagation)  # type: ignore[arg-type]
+        consumer(payload, "default", lambda: seen.append(baggage.get_baggage("tenant")))
+    assert seen == ["acme", None]
+    assert baggage.get_baggage("tenant") is None  # nothing left attached after the run
+
+
 def test_attributes_from_a_hostile_payload_are_bounded() -> None:
     attrs = wotel.attributes({"class": "C" * 50_000, "jid": "j" * 50_000,
                               "retry_count": 10**30, "wrapped": 7}, "default", "process")
