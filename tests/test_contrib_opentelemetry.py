@@ -217,6 +217,32 @@ def test_link_propagation_starts_a_new_trace_linked_to_the_scheduled_push(
     assert [link.context.span_id for link in ran.links] == [sent.context.span_id]
 
 
+def test_a_retry_runs_under_the_same_push_span_with_its_retry_count(
+        traced: Config, r: redis.Redis, exporter: InMemorySpanExporter, define: Define,
+        launch: Launch) -> None:
+    runs: list[int] = []
+
+    def flaky() -> None:
+        runs.append(1)
+        if len(runs) == 1:
+            raise ConnectionError("first run fails")
+
+    job = define(flaky)
+    job.perform_async()
+    launch()
+    [raw] = wait_for(lambda: r.zrange("retry", 0, -1), timeout=10)
+    r.zadd("retry", {raw: 0})  # due now: the scheduler moves it, as it would in 15 s or more
+    wait_for(lambda: len(named(exporter, "process")) == 2, timeout=10)
+    [sent] = named(exporter, "publish")
+    first, second = named(exporter, "process")
+    assert first.parent is not None and second.parent is not None
+    assert first.parent.span_id == second.parent.span_id == sent.context.span_id
+    assert first.status.status_code == StatusCode.ERROR
+    assert second.status.status_code == StatusCode.UNSET
+    assert "messaging.sidekiq.retry_count" not in (first.attributes or {})
+    assert (second.attributes or {})["messaging.sidekiq.retry_count"] == 0
+
+
 def test_a_push_from_inside_a_job_is_a_child_of_its_run(
         traced: Config, exporter: InMemorySpanExporter, define: Define, launch: Launch) -> None:
     inner = define(lambda: None)

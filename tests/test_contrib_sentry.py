@@ -115,6 +115,24 @@ def test_a_class_no_module_registered_is_reported_from_its_payload(
     assert event["extra"]["wurk-job"]["args"] == "[Filtered]"
 
 
+def test_a_job_a_limiter_reschedules_makes_no_event(
+        config: Config, events: Events, r: redis.Redis, define: Define,
+        launch: Launch) -> None:
+    from wurk.limiter import OverLimit, concurrent
+
+    limiter = concurrent("sentry-test", 1, reschedule=5)
+
+    def over() -> None:
+        raise OverLimit(limiter)
+
+    wsentry.instrument(config)
+    define(over).perform_async()
+    launch()
+    # Error handlers would run before the settle: once the reschedule is written, none will.
+    wait_for(lambda: r.zcard("schedule") == 1, timeout=10)
+    assert events == []
+
+
 # -- report="final" --------------------------------------------------------------------------
 
 
