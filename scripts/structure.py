@@ -27,6 +27,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("wurk.api",),
     ("wurk.admin", "wurk.web"),  # siblings: the shell's tools and the browser's
     ("wurk.cli", "wurk"),  # "wurk" is the package's __init__ only, not all of it
+    ("wurk.contrib",),  # integrations: above everything, imported by nothing of wurk's
 ]
 # What supervisor/ may use of wurk: the runtime and everything below it.
 SUPERVISOR_MAY_USE = next(i for i, layer in enumerate(LAYERS) if "wurk.runtime" in layer)
