@@ -26,7 +26,10 @@ Duties, in order, for each job:
    logged.
 5. Tell :mod:`wurk.runtime.unique` when a unique job starts and how it
    ended, so its lock goes when its ``unique_until`` says.
-6. Drop this execution's outcome when the launcher already pushed the job
+6. Store the outcome of a job that asked for it (``result_ttl`` in the
+   payload: :mod:`wurk.runtime.results`) before its acknowledgement or
+   settle; any other job pays one dict lookup.
+7. Drop this execution's outcome when the launcher already pushed the job
    back to Redis during a hard stop (the job runs again, which the
    at-least-once contract allows), and stop retrying a settle once a hard
    stop abandons the job (its copy stays for the stop's release or the
@@ -49,7 +52,7 @@ from wurk.core.threads import describe
 from wurk.limiter.base import reschedulable
 from wurk.observe import metrics, profiler
 from wurk.push.job import Registered, Registry, UnknownJobError
-from wurk.runtime import middleware, overlimit, settle, unique
+from wurk.runtime import middleware, overlimit, results, settle, unique
 from wurk.runtime.retry import RetryHandler
 from wurk.runtime.work import Settlement
 from wurk.wire.payload import PayloadError, loads_job
@@ -120,6 +123,8 @@ class Processor:
             if entry is None:
                 raise UnknownJobError.for_name(job["class"])
             perform = entry.factory(job)
+            if results.TTL in job:
+                perform = results.capturing(perform)
             middleware.invoke(self.config.server_middleware, job, queue,
                               lambda: perform(*job["args"]))
         except BaseException as exc:
@@ -135,6 +140,8 @@ class Processor:
         return None
 
     def _succeeded(self, job: dict[str, Any], work: UnitOfWork, slot: str) -> None:
+        if results.TTL in job:
+            results.succeeded(self.config, job, lambda t: self.in_flight.wait_abandoned(slot, t))
         if self.in_flight.finish(slot):
             return  # requeued by a hard stop: not ours to settle any more
         self.counters.record(failed=False)
@@ -159,6 +166,9 @@ class Processor:
             log.error("retry.unrecordable", jid=_jid(job), error=describe(unwritable),
                       failure=describe(exc))
             settlement = Settlement.dead(work.raw)
+        if results.TTL in job:
+            results.failed(self.config, job, exc, settlement.outcome,
+                           lambda t: self.in_flight.wait_abandoned(slot, t))
         if self._settle(work, slot, _jid(job), settlement):
             log.info(f"job.{settlement.outcome}", jid=_jid(job), queue=work.queue,
                      retry_count=job.get("retry_count"))
