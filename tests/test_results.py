@@ -101,8 +101,11 @@ def test_many_threads_waiting_on_one_jid_all_get_it(
     assert r.ttl(wire.ready_key(jid)) > 0
 
 
-def test_many_jobs_many_waiters(config: Config, define: Define, launch: Launch) -> None:
+@pytest.mark.parametrize("reliable", [True, False], ids=["reliable-fetch", "basic-fetch"])
+def test_many_jobs_many_waiters(config: Config, define: Define, launch: Launch,
+                                reliable: bool) -> None:
     config.concurrency = 8
+    config.reliable_fetch = reliable
     job = define(lambda n: n * n, store_result=True)
     jids = [job.perform_async(n) for n in range(300)]
     with ThreadPoolExecutor(30) as pool:
