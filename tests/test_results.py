@@ -13,11 +13,14 @@ from typing import Any
 
 import pytest
 import redis
+from conftest import RedisServer, start_redis
 from waiting import wait_for
 
 import wurk
+from wurk.push import results as push_results
 from wurk.push.options import make_options
 from wurk.push.results import JobFailed, ResultTimeout, peek, wait
+from wurk.redis.pools import close_pool
 from wurk.runtime import results as worker_results
 from wurk.runtime.launcher import Launcher
 from wurk.settings.config import Config
@@ -293,3 +296,30 @@ def test_class_jobs_and_set_carry_the_option(config: Config, launch: Launch) -> 
         assert wurk.result(Square.set(result_ttl=5).perform_async(3), timeout=10) == 9
     finally:
         wurk.registry.discard("t_results_square")
+
+
+def test_a_waiter_rides_out_a_redis_restart(own_redis: RedisServer) -> None:
+    cfg = Config(redis_url=own_redis.url, redis_retry_base=0.05, redis_retry_cap=0.2,
+                 log_level="warning")
+    got: list[Any] = []
+    waiter = threading.Thread(target=lambda: got.append(wurk.result("jr", timeout=20,
+                                                                    config=cfg)))
+    waiter.start()
+    time.sleep(0.3)  # blocked in BRPOPLPUSH on the server about to go
+    own_redis.stop()
+    time.sleep(0.5)
+    restarted = start_redis(port=own_redis.port)
+    try:
+        assert waiter.is_alive()
+        record, final = wire.success_record({"jid": "jr", "class": "C"}, "after", time.time())
+        with restarted.client() as c:
+            c.eval(wire.STORE.source, 2, wire.key("jr"), wire.ready_key("jr"), record, 60,
+                   "1" if final else "0")
+        waiter.join(20)
+        assert got == ["after"]
+    finally:
+        restarted.stop()
+        close_pool(cfg)
+        wait_pool = push_results._wait_pools.pop(id(cfg), None)
+        if wait_pool is not None:
+            wait_pool.close()
