@@ -168,7 +168,8 @@ def test_a_retry_leaves_a_non_final_error_and_waiters_wait_for_the_end(
     thread.join(10)
     assert len(outcome) == 1 and isinstance(outcome[0], JobFailed)
     assert outcome[0].outcome.final and outcome[0].outcome.retry_count == 1
-    assert r.zcard("dead") == 1
+    # The result is written first, the dead entry just after it.
+    wait_for(lambda: r.zcard("dead") == 1)
 
 
 def test_a_value_json_cannot_carry_is_an_error_result_and_the_worker_goes_on(
