@@ -16,7 +16,9 @@ Per mode: steady jobs/s (first to last job done), process jobs/s (worker
 start to last job), worker CPU and Redis CPU per job, and Redis commands
 per job from ``INFO commandstats`` (scripts' inner commands included; the
 bench's own polling GETs and INFO left out). Printed: medians over the
-rounds and the median of the paired on/off and off/base ratios.
+rounds and the median of the paired on/off and off/base ratios. Last,
+what a job with results off pays in the processor, timed alone: the two
+``"result_ttl" in job`` checks (one before the run, one at its end).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import sys
 import tarfile
 import tempfile
 import time
+import timeit
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -169,6 +172,13 @@ def report(figures: dict[str, list[Figures]], modes: tuple[str, ...],
         cpu = statistics.median(x.worker_cpu_us / y.worker_cpu_us
                                 for x, y in zip(figures[a], figures[b], strict=True))
         print(f"  {a}/{b}: steady throughput x{ratio:.3f}, worker CPU per job x{cpu:.3f}")
+    job = {"class": "NoopJob", "args": [1], "queue": "default", "retry": True,
+           "jid": "0123456789abcdef01234567", "created_at": 1.0, "enqueued_at": 1.0}
+    loops = 1_000_000
+    checks = timeit.timeit('"result_ttl" in job and 1; "result_ttl" in job and 1',
+                           globals={"job": job}, number=loops)
+    print(f"  results off, per job in the processor: {checks / loops * 1e9:.0f} ns "
+          "(two dict lookups)")
 
 
 if __name__ == "__main__":
