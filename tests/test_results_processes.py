@@ -1,5 +1,7 @@
 """Job results across real processes: a ``wurk run`` worker, a swarm child,
-and a worker SIGKILLed mid-job whose recovered job then stores its result once."""
+a worker SIGKILLed mid-job whose recovered job then stores its result once,
+and one killed between the result's write and the acknowledgement, whose
+job runs again and replaces the result."""
 
 from __future__ import annotations
 
@@ -56,6 +58,23 @@ JOBS_MODULE = textwrap.dedent("""
         raise KeyError(tag)
 
 
+    if os.environ.get("RES_DIE_AT_ACK"):
+        # A crash between the result's write and the acknowledgement.
+        import signal
+
+        from wurk.runtime.reliable_fetch import ReliableFetch
+
+        def die(self, work, jid=None):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        ReliableFetch.acknowledge = die
+
+
+    @wurk.job(name="res_count", store_result=True)
+    def count(tag):
+        return {"tag": tag, "run": r().incr("res:runs")}
+
+
     @wurk.job(name="res_hang", store_result=True)
     def hang(tag):
         run = r().incr("res:runs")
@@ -69,13 +88,14 @@ JOBS_MODULE = textwrap.dedent("""
 
 @pytest.fixture
 def spawn(redis_server: RedisServer, r: redis.Redis,
-          tmp_path: Path) -> Iterator[Callable[[], Worker]]:
+          tmp_path: Path) -> Iterator[Callable[..., Worker]]:
     (tmp_path / "rjobs.py").write_text(JOBS_MODULE)
     workers: list[Worker] = []
 
-    def start() -> Worker:
-        worker = Worker(["-r", "rjobs", "-q", "rq", "-c", "2"],
-                        child_env(redis_server.url, tmp_path), tmp_path)
+    def start(**extra: str) -> Worker:
+        env = child_env(redis_server.url, tmp_path)
+        env.update(extra)
+        worker = Worker(["-r", "rjobs", "-q", "rq", "-c", "2"], env, tmp_path)
         workers.append(worker)
         return worker
 
@@ -91,7 +111,7 @@ def push(client: Client, cls: str, tag: str, **extra: Any) -> str:
 
 
 def test_a_wurk_run_worker_stores_values_and_failures(
-        r: redis.Redis, config: Config, spawn: Callable[[], Worker]) -> None:
+        r: redis.Redis, config: Config, spawn: Callable[..., Worker]) -> None:
     client = Client(config)
     worker = spawn()
     ok = push(client, "res_pid", "a", result_ttl=300)
@@ -120,7 +140,7 @@ def test_a_swarm_child_stores_the_result(
 
 
 def test_a_job_recovered_after_sigkill_stores_its_result_once(
-        r: redis.Redis, config: Config, spawn: Callable[[], Worker]) -> None:
+        r: redis.Redis, config: Config, spawn: Callable[..., Worker]) -> None:
     client = Client(config)
     r.set("res:hang", 1)
     first = spawn()
@@ -146,3 +166,21 @@ def test_a_job_recovered_after_sigkill_stores_its_result_once(
         r.llen(k) for k in r.keys("wurk:wip:*:rq")))
     outcome = peek(jid)
     assert outcome is not None and outcome.value == {"tag": "k", "run": 2}
+
+
+def test_a_crash_between_the_result_and_the_ack_runs_the_job_again_and_replaces_it(
+        r: redis.Redis, config: Config, spawn: Callable[..., Worker]) -> None:
+    client = Client(config)
+    first = spawn(RES_DIE_AT_ACK="1")
+    jid = push(client, "res_count", "c", result_ttl=300)
+    assert wurk.result(jid, timeout=20) == {"tag": "c", "run": 1}  # written, then the crash
+    assert first.wait(10) == -signal.SIGKILL
+    (identity,) = [str(m) for m in r.smembers(keys.WIP_OWNERS)]
+    assert r.llen(keys.wip(identity, "rq")) == 1  # never acknowledged
+
+    recover(config, identity)
+    second = spawn()
+    wait_for(lambda: r.get("res:runs") == "2" or not second.alive(), timeout=15)
+    assert second.alive(), second.stderr()
+    wait_for(lambda: (o := peek(jid)) is not None and o.value == {"tag": "c", "run": 2})
+    assert wurk.result(jid, timeout=0) == {"tag": "c", "run": 2}
