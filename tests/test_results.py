@@ -174,17 +174,22 @@ def test_a_retry_leaves_a_non_final_error_and_waiters_wait_for_the_end(
 
 def test_a_value_json_cannot_carry_is_an_error_result_and_the_worker_goes_on(
         config: Config, define: Define, launch: Launch, r: redis.Redis) -> None:
-    job = define(lambda kind: {1, 2} if kind == "set" else math.nan, store_result=True)
+    values = {"set": {1, 2}, "nan": math.nan, "tuple": (1, 2), "int key": {1: "a"},
+              "deep": [{"ok": [object()]}]}
+    job = define(lambda kind: values[kind], store_result=True)
     huge = define(lambda: "x" * (wire.MAX_RECORD_BYTES + 1), store_result=True)
     fine = define(lambda: [1, "two"], store_result=True)
     launch()
-    for jid in (job.perform_async("set"), job.perform_async("nan"), huge.perform_async()):
+    for jid in [job.perform_async(kind) for kind in values] + [huge.perform_async()]:
         with pytest.raises(JobFailed, match="JSON") as failed:
             wurk.result(jid, timeout=10)
         assert failed.value.error_class == wire.UNSERIALIZABLE
+    # The message names the part that is not JSON, as a push's check does.
+    with pytest.raises(JobFailed, match=r"the return value\[0\]\['ok'\]\[0\] is a object"):
+        wurk.result(job.perform_async("deep"), timeout=10)
     assert wurk.result(fine.perform_async(), timeout=10) == [1, "two"]
     # The jobs themselves succeeded: processed, never retried.
-    wait_for(lambda: r.get("stat:processed") == "4")
+    wait_for(lambda: r.get("stat:processed") == "8")
     assert r.zcard("retry") == 0 and r.zcard("dead") == 0
 
 

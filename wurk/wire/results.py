@@ -28,7 +28,7 @@ from typing import Any
 
 from wurk.redis.connection import Conn
 from wurk.wire.lua import Script
-from wurk.wire.payload import dumps
+from wurk.wire.payload import ArgumentError, check_args, dumps
 
 # The payload field: present (seconds) means "store this job's result".
 TTL = "result_ttl"
@@ -86,12 +86,17 @@ class Outcome:
 def success_record(job: dict[str, Any], value: Any, now: float) -> tuple[str, bool]:
     """The record of a job that returned ``value``: (JSON text, final).
 
-    A value JSON cannot carry, or one too big to store, becomes a final
-    error record that says so; this never raises.
+    A value JSON cannot carry unchanged (what job arguments may not be
+    either: a set, a tuple, a dict with a non-string key, NaN), or one too
+    big to store, becomes a final error record that says so; this never raises.
     """
     try:
+        check_args(value, "the return value")
         text = dumps({"jid": job.get("jid"), "class": job.get("class"), "status": SUCCESS,
                       "value": value, "finished_at": now})
+    except ArgumentError as exc:
+        return error_record(job, UNSERIALIZABLE, f"a result must be JSON: {exc}", True,
+                            now), True
     except (TypeError, ValueError, RecursionError) as exc:
         return error_record(job, UNSERIALIZABLE,
                             f"the job returned a value JSON cannot carry: "
