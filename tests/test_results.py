@@ -329,3 +329,17 @@ def test_a_waiter_rides_out_a_redis_restart(own_redis: RedisServer) -> None:
         wait_pool = push_results._wait_pools.pop(id(cfg), None)
         if wait_pool is not None:
             wait_pool.close()
+
+
+def test_more_waiters_than_wait_connections_all_get_it(
+        config: Config, define: Define, launch: Launch) -> None:
+    gate = threading.Event()
+    job = define(lambda: gate.wait(20) and "all", store_result=True)
+    launch()
+    jid = job.perform_async()
+    waiters = push_results.WAIT_CONNECTIONS + 36
+    with ThreadPoolExecutor(waiters) as pool:
+        futures = [pool.submit(wurk.result, jid, timeout=20) for _ in range(waiters)]
+        time.sleep(0.5)
+        gate.set()
+        assert [f.result(20) for f in futures] == ["all"] * waiters
