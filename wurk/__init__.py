@@ -2,7 +2,8 @@
 
 Define jobs with ``@wurk.job`` or ``wurk.Job``, enqueue them with
 ``perform_async``, run them with ``wurk run`` or ``wurk-swarm``.
-``wurk.leader()`` elects one process of a cluster for work only one may do.
+``wurk.result(jid)`` waits for the result of a job pushed with
+``store_result=True``. ``wurk.leader()`` elects one process of a cluster for work only one may do.
 """
 
 from typing import TYPE_CHECKING, Any
@@ -14,6 +15,7 @@ from wurk.push.client import Client
 from wurk.push.confirmed import PushNotConfirmedError
 from wurk.push.job import Job, JobFunction, UnknownJobError, job, registry
 from wurk.push.periodic import PeriodicError, periodic
+from wurk.push.results import JobFailed, ResultTimeout, result
 from wurk.push.time_options import JobTimeout
 from wurk.push.unique import UniqueKeyError
 from wurk.runtime import forking  # noqa: F401 - registers the after-fork resets
@@ -33,6 +35,7 @@ __all__ = [
     "Config",
     "ConfigError",
     "Job",
+    "JobFailed",
     "JobFunction",
     "JobTimeout",
     "Leader",
@@ -40,6 +43,7 @@ __all__ = [
     "PeriodicError",
     "PushBufferFullError",
     "PushNotConfirmedError",
+    "ResultTimeout",
     "UniqueKeyError",
     "UnknownJobError",
     "__version__",
@@ -50,6 +54,7 @@ __all__ = [
     "limiter",
     "periodic",
     "registry",
+    "result",
 ]
 
 

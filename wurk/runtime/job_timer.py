@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from wurk.core import threads
 from wurk.core.logging import get_logger
-from wurk.runtime import settle, unique
+from wurk.runtime import results, settle, unique
 from wurk.runtime.time_limits import JobTimeout, Limits
 from wurk.runtime.work import Settlement
 from wurk.wire.payload import dumps, loads_job
@@ -236,7 +236,11 @@ class JobTimer:
                 self.counters.record(failed=True)
                 log.info(f"job.{settlement.outcome}", jid=run.jid, queue=run.work.queue,
                          error="JobTimeout")
-                unique.finished(self.config, loads_job(run.work.raw), settlement.outcome)
+                job = loads_job(run.work.raw)
+                if results.TTL in job:
+                    results.failed(self.config, job, failure, settlement.outcome,
+                                   self._stopped.wait)
+                unique.finished(self.config, job, settlement.outcome)
                 self._note(b"-" + dumps([run.jid]).encode() + b"\n")
         except BaseException as exc:  # noqa: BLE001 - the copy stays in the private list
             log.error("job_timer.error", jid=run.jid, error=threads.describe(exc))

@@ -29,7 +29,10 @@ Duties, in order, for each job:
    logged.
 5. Tell :mod:`wurk.runtime.unique` when a unique job starts and how it
    ended, so its lock goes when its ``unique_until`` says.
-6. Drop this execution's outcome when the launcher already pushed the job
+6. Store the outcome of a job that asked for it (``result_ttl`` in the
+   payload: :mod:`wurk.runtime.results`) before its acknowledgement or
+   settle; any other job pays one dict lookup.
+7. Drop this execution's outcome when the launcher already pushed the job
    back to Redis during a hard stop (the job runs again, which the
    at-least-once contract allows), and stop retrying a settle once a hard
    stop abandons the job (its copy stays for the stop's release or the
@@ -52,7 +55,8 @@ from wurk.core.threads import describe
 from wurk.limiter.base import reschedulable
 from wurk.observe import metrics, profiler
 from wurk.push.job import Registered, Registry, UnknownJobError
-from wurk.runtime import middleware, overlimit, settle, time_limits, unique
+from wurk.push.time_options import JobExpiredError
+from wurk.runtime import middleware, overlimit, results, settle, time_limits, unique
 from wurk.runtime.job_timer import JobTimer
 from wurk.runtime.retry import RetryHandler
 from wurk.runtime.work import Settlement
@@ -112,6 +116,10 @@ class Processor:
         if not time_limits.drop_expired(self.config, job, work, self.fetch, self.counters,
                                            expiry=expiry):
             return False
+        if results.TTL in job:  # a waiter learns it will never run, instead of timing out
+            expired = JobExpiredError("dropped unrun: fetched after its expiry")
+            results.failed(self.config, job, expired, "dropped",
+                           lambda t: self.in_flight.wait_abandoned(slot, t))
         self.in_flight.finish(slot)
         unique.finished(self.config, job, "dropped")  # never ran: a new push may go ahead
         return True
@@ -139,6 +147,8 @@ class Processor:
             if entry is None:
                 raise UnknownJobError.for_name(job["class"])
             perform = entry.factory(job)
+            if results.TTL in job:
+                perform = results.capturing(perform)
             middleware.invoke(self.config.server_middleware, job, queue,
                               lambda: perform(*job["args"]))
         except BaseException as exc:
@@ -154,6 +164,8 @@ class Processor:
         return None
 
     def _succeeded(self, job: dict[str, Any], work: UnitOfWork, slot: str) -> None:
+        if results.TTL in job:
+            results.succeeded(self.config, job, lambda t: self.in_flight.wait_abandoned(slot, t))
         if self.in_flight.finish(slot):
             return  # requeued by a hard stop: not ours to settle any more
         self.counters.record(failed=False)
@@ -178,6 +190,9 @@ class Processor:
             log.error("retry.unrecordable", jid=_jid(job), error=describe(unwritable),
                       failure=describe(exc))
             settlement = Settlement.dead(work.raw)
+        if results.TTL in job:
+            results.failed(self.config, job, exc, settlement.outcome,
+                           lambda t: self.in_flight.wait_abandoned(slot, t))
         if self._settle(work, slot, _jid(job), settlement):
             log.info(f"job.{settlement.outcome}", jid=_jid(job), queue=work.queue,
                      retry_count=job.get("retry_count"))
