@@ -26,7 +26,9 @@ Duties, in order, for each job:
    logged.
 5. Tell :mod:`wurk.runtime.unique` when a unique job starts and how it
    ended, so its lock goes when its ``unique_until`` says.
-6. Drop this execution's outcome when the launcher already pushed the job
+6. Tell :mod:`wurk.runtime.batch` when a batch job runs and how it ended
+   (before its ack or settle), so its batch counts it and fires callbacks.
+7. Drop this execution's outcome when the launcher already pushed the job
    back to Redis during a hard stop (the job runs again, which the
    at-least-once contract allows), and stop retrying a settle once a hard
    stop abandons the job (its copy stays for the stop's release or the
@@ -49,7 +51,7 @@ from wurk.core.threads import describe
 from wurk.limiter.base import reschedulable
 from wurk.observe import metrics, profiler
 from wurk.push.job import Registered, Registry, UnknownJobError
-from wurk.runtime import middleware, overlimit, settle, unique
+from wurk.runtime import batch, middleware, overlimit, settle, unique
 from wurk.runtime.retry import RetryHandler
 from wurk.runtime.work import Settlement
 from wurk.wire.payload import PayloadError, loads_job
@@ -90,7 +92,9 @@ class Processor:
         # stays recorded, and the manager's guard gives its job back.
         entry = self.registry.find(job["class"])
         unique.started(self.config, job)
+        running = batch.started(job)
         failure = self._execute(job, work.queue, entry)
+        batch.stopped(running)
         if failure is None:
             self._succeeded(job, work, slot)
         else:
@@ -135,6 +139,11 @@ class Processor:
         return None
 
     def _succeeded(self, job: dict[str, Any], work: UnitOfWork, slot: str) -> None:
+        # Counted in its batch before the ack: a crash between runs it again, counted once.
+        if not batch.succeeded(self.config, job, lambda wait: self.in_flight.wait_abandoned(
+                slot, wait)):
+            self.in_flight.finish(slot)
+            return  # a hard stop took it first: its copy stays for the recovery
         if self.in_flight.finish(slot):
             return  # requeued by a hard stop: not ours to settle any more
         self.counters.record(failed=False)
@@ -159,6 +168,7 @@ class Processor:
             log.error("retry.unrecordable", jid=_jid(job), error=describe(unwritable),
                       failure=describe(exc))
             settlement = Settlement.dead(work.raw)
+        batch.failed(self.config, job, exc, settlement.outcome)
         if self._settle(work, slot, _jid(job), settlement):
             log.info(f"job.{settlement.outcome}", jid=_jid(job), queue=work.queue,
                      retry_count=job.get("retry_count"))
