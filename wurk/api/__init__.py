@@ -18,12 +18,15 @@ Modules, one concern each:
   last runs, pause and unpause.
 - ``limiters``: :class:`LimiterSet`, every registered limiter and its use.
 - ``unique``: :class:`UniqueLocks`, the locks of unique jobs.
+- ``batches``: :class:`BatchSet`, :class:`BatchStatus`: batches, their
+  counts, failures and callbacks.
 - ``errors``: the lookup and control errors callers catch.
 
 Apply-safety: every read is declared idempotent to the pool; every write
 says next to it whether a replay after a lost reply would be harmless.
 """
 
+from wurk.api.batches import BatchSet, BatchStatus
 from wurk.api.entries import SortedEntry
 from wurk.api.errors import (
     JobKilledError,
@@ -44,6 +47,8 @@ from wurk.api.unique import UniqueLock, UniqueLocks
 from wurk.api.workers import Work, WorkEntry, Workers
 
 __all__ = [
+    "BatchSet",
+    "BatchStatus",
     "DeadSet",
     "History",
     "JobKilledError",
