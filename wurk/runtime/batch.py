@@ -32,6 +32,8 @@ import random
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import redis.exceptions as rx
+
 from wurk.core.logging import get_logger
 from wurk.core.threads import describe
 from wurk.push.batch import RUNNING
@@ -78,16 +80,25 @@ def succeeded(config: Config, job: dict[str, Any],
             if run(pool_for(config), SUCCEEDED, [bid, jid]) == -1:
                 log.warning("batch.gone", bid=bid, jid=jid)
             return True
-        except (BatchError, ValueError, TypeError) as exc:  # bad state: retrying cannot help
-            log.error("batch.unrecorded", bid=bid, jid=jid, error=describe(exc))
-            return True
         except Exception as exc:  # noqa: BLE001 - Redis trouble: wait and go again
+            if _hopeless(exc):
+                log.error("batch.unrecorded", bid=bid, jid=jid, error=describe(exc))
+                return True
             attempt += 1
             wait = backoff_delay(attempt, config.redis_retry_base, config.redis_retry_cap, _rng)
             log.warning("batch.retrying", bid=bid, jid=jid, attempt=attempt,
                         error=describe(exc), wait=round(wait, 3))
             if abandoned(wait):
                 return False
+
+
+def _hopeless(exc: Exception) -> bool:
+    """A refusal that the same call would meet again: bad state in Redis, not an outage."""
+    if isinstance(exc, BatchError | ValueError | TypeError):
+        return True
+    text = str(exc)
+    return isinstance(exc, rx.ResponseError) and (
+        "WRONGTYPE" in text or "script" in text.lower())
 
 
 def failed(config: Config, job: dict[str, Any], exc: BaseException, outcome: str) -> None:

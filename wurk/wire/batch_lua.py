@@ -37,8 +37,7 @@ local TYPES = {jids = "set", failed = "set", failinfo = "hash", died = "set", ki
                pkids = "set", ukids = "set", complete = "string", success = "string",
                death = "string"}
 local t = redis.call("time")
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local stamp = string.format("%%.6f", now)
+local stamp = t[1] .. "." .. string.rep("0", 6 - #t[2]) .. t[2]
 
 local function k(bid, suffix)
   if suffix then return "b-" .. bid .. "-" .. suffix end
@@ -51,11 +50,11 @@ local function int(v)
   return string.format("%%d", x)
 end
 
--- nil when every key of the batch has the type these scripts give it
-local function insane(bid)
+-- nil when the batch's keys (or the hash and ONLY's) have the types these scripts give them
+local function insane(bid, only)
   local ty = redis.call("type", k(bid))["ok"]
   if ty ~= "hash" and ty ~= "none" then return "WURKBATCH " .. k(bid) .. " is a " .. ty end
-  for _, s in ipairs(SUFFIXES) do
+  for _, s in ipairs(only or SUFFIXES) do
     ty = redis.call("type", k(bid, s))["ok"]
     if ty ~= TYPES[s] and ty ~= "none" then
       return "WURKBATCH " .. k(bid, s) .. " is a " .. ty
@@ -101,7 +100,7 @@ local function push_callbacks(bid, event)
         and type(cb[3]) == "string" and type(cb[4]) == "string" and #cb[3] > 0 then
       st = st or status(bid, event)
       local at = stamp
-      if cb[6] == "ms" then at = string.format("%%d", math.floor(now * 1000)) end
+      if cb[6] == "ms" then at = t[1] .. string.sub(stamp, -6, -4) end
       local payload = cb[2] .. st .. string.sub(cb[3], 1, -2) ..
                       ",\\"enqueued_at\\":" .. at .. "}"
       local parent = cb[5]
@@ -147,6 +146,8 @@ local function linger(bid)
 end
 
 -- fire what BID has reached, then walk up while a firing changed a parent
+local WORKER_KEYS = {"jids", "failed", "failinfo", "died", "pkids", "ukids"}
+
 local function settle(bid)
   for _ = 1, 64 do
     if redis.call("exists", k(bid)) == 0 then return end
@@ -230,7 +231,7 @@ return "ok"
 # batch is gone or already succeeded. A replay counts nothing twice.
 ADD = _script("batch_add", """
 local bid = ARGV[1]
-local bad = insane(bid)
+local bad = insane(bid, {"jids"})
 if bad then return redis.error_reply(bad) end
 if redis.call("exists", k(bid)) == 0 then
   return redis.error_reply("WURKBATCH batch " .. bid .. " does not exist (expired or never made)")
@@ -291,7 +292,7 @@ return 1
 # counted it, 0 when it was counted before (a second run), -1 when the batch is gone.
 SUCCEEDED = _script("batch_succeeded", """
 local bid, jid = ARGV[1], ARGV[2]
-local bad = insane(bid)
+local bad = insane(bid, WORKER_KEYS)
 if bad then return redis.error_reply(bad) end
 if redis.call("exists", k(bid)) == 0 then return -1 end
 if redis.call("srem", k(bid, "failed"), jid) == 1 then
@@ -310,7 +311,7 @@ return counted
 # Replies 1, 0 when the jid is not pending (it succeeded before), -1 when the batch is gone.
 FAILED = _script("batch_failed", """
 local bid, jid = ARGV[1], ARGV[2]
-local bad = insane(bid)
+local bad = insane(bid, WORKER_KEYS)
 if bad then return redis.error_reply(bad) end
 if redis.call("exists", k(bid)) == 0 then return -1 end
 if redis.call("sismember", k(bid, "jids"), jid) == 0 then return 0 end
