@@ -4,19 +4,22 @@ Real Redis, an in-process Launcher running the jobs."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 import redis
 from waiting import wait_for
 
 import wurk
 from wurk.push.job import JobFunction
+from wurk.redis.pools import close_pool
 from wurk.settings.config import Config
 
 Define = Callable[..., JobFunction[..., Any]]
-_r: redis.Redis | None = None
 
 
 def calls(r: redis.Redis, name: str) -> list[Any]:
@@ -164,3 +167,78 @@ def test_a_death_fires_death_once_and_complete_but_never_success(
     wait_for(lambda: r.scard(f"b-{b.bid}-died") == 2)
     assert sorted(c[1] for c in calls(r, "cb")) == ["complete", "death"]
     assert r.hget(f"b-{b.bid}", "pending") == "2"
+
+
+def test_a_job_counted_twice_counts_once(config: Config, r: redis.Redis, define: Define) -> None:
+    """A job run again after reliable-fetch recovery: its second success changes nothing."""
+    from wurk.runtime import batch as worker_side
+
+    with wurk.Batch(on_success=recorder(define, r, "cb")) as b:
+        jid = b.add(define(lambda: None))
+        other = b.add(define(lambda: None))
+    job = {"jid": jid, "bid": b.bid, "class": "x"}
+    for _ in range(3):
+        assert worker_side.succeeded(config, job, lambda wait: False)
+    assert r.hget(f"b-{b.bid}", "pending") == "1" and not r.exists(f"b-{b.bid}-success")
+    worker_side.failed(config, job, ValueError("late"), "retry")  # after success: ignored
+    assert r.scard(f"b-{b.bid}-failed") == 0
+    worker_side.succeeded(config, {"jid": other, "bid": b.bid}, lambda wait: False)
+    assert r.exists(f"b-{b.bid}-success") and r.llen("queue:default") == 3  # 2 jobs, 1 callback
+
+
+def test_callbacks_carry_sidekiq_8_millisecond_timestamps_when_configured(
+        config: Config, r: redis.Redis, define: Define) -> None:
+    ms = dataclasses.replace(config, timestamps="ms")
+    b = wurk.Batch(on_complete=(define(lambda status, x: None), [1]), client=wurk.Client(ms))
+    b.commit()
+    [raw] = r.lrange("queue:default", 0, -1)
+    payload = json.loads(raw)
+    assert isinstance(payload["enqueued_at"], int) and isinstance(payload["created_at"], int)
+    assert abs(payload["enqueued_at"] / 1000 - time.time()) < 5
+    assert payload["args"][1:] == [1] and payload["args"][0]["event"] == "complete"
+    assert "bid" not in payload  # a top-level batch's callbacks belong to no batch
+    close_pool(ms)
+
+
+def test_a_death_in_a_child_fires_death_in_the_parent_too(
+        config: Config, r: redis.Redis, define: Define, launch: Callable[..., Any]) -> None:
+    def bad() -> None:
+        raise RuntimeError("dies")
+    dies = define(bad, retry=False)
+    died = recorder(define, r, "died")
+    with wurk.Batch(on_death=(died, ["parent"])) as parent, \
+            wurk.Batch(on_death=(died, ["child"])) as child:
+        child.add(dies)
+    launch()
+    wait_for(lambda: r.llen("died") == 2)
+    assert sorted(c[1] for c in calls(r, "died")) == ["child", "parent"]
+    assert {c[0]["bid"] for c in calls(r, "died")} == {parent.bid, child.bid}
+
+
+def test_an_unknown_callback_job_in_the_worker_is_an_ordinary_failure(
+        config: Config, r: redis.Redis, define: Define, launch: Callable[..., Any]) -> None:
+    gone = define(lambda status: None)
+    ran = define(lambda tag: r.rpush("ran", tag))
+    b = wurk.Batch(on_success=gone)
+    wurk.registry.discard(gone.name)  # the worker does not know it
+    b.commit()
+    launch()
+    wait_for(lambda: r.zcard("retry") == 1, what="the callback in the retry set")
+    assert json.loads(r.zrange("retry", 0, -1)[0])["class"] == gone.name
+    ran.perform_async("still working")
+    wait_for(lambda: r.lrange("ran", 0, -1) == ["still working"])
+
+
+def test_a_reopened_batch_whose_block_raises_lets_go(
+        config: Config, r: redis.Redis, define: Define) -> None:
+    done = recorder(define, r, "cb")
+    b = wurk.Batch(on_complete=done)
+    b.commit()
+    r.delete("queue:default")
+    later = wurk.Batch(on_complete=done)
+    with pytest.raises(KeyError), wurk.Batch.reopen(later.bid) as again:
+        assert wurk.Batch.current() is again
+        raise KeyError("in the block")
+    assert wurk.Batch.current() is None
+    later.commit()
+    assert r.exists(f"b-{later.bid}-complete") and not r.hget(f"b-{later.bid}", "aborted")

@@ -18,8 +18,9 @@ Duties:
    running (nested batches count in their parent).
 3. ``add``/``add_bulk``/``push``: push jobs of the batch through the client.
 4. ``commit``: drop this builder's hold, so the batch may complete. A block
-   left by an exception records ``aborted`` and keeps its hold: the jobs
-   already pushed run, the callbacks never fire, and the status shows why.
+   that made the batch and is left by an exception records ``aborted`` and
+   keeps its hold: the jobs already pushed run, the callbacks never fire,
+   and the status shows why. A reopened batch's block just lets go.
 5. ``current``/``reopen``: the batch of the running job (set by the worker,
    :mod:`wurk.runtime.batch`) or any batch by id, to add jobs to it; a job
    of a batch that adds jobs keeps the batch open until they finish.
@@ -123,6 +124,7 @@ class Batch:
         for name, value in fields.items():
             args += [name, value]
         run(self.client.pool, CREATE, args)
+        self._created = True
         self._token: contextvars.Token[tuple[Batch, ...]] | None = None
 
     def _set_callbacks(self, fields: dict[str, str], queue: str | None, **events: Any) -> None:
@@ -145,7 +147,7 @@ class Batch:
         made = cls.__new__(cls)
         made.client = client or Client.default()
         made.bid, made.parent_bid, made.description = bid, None, None
-        made._hold, made._token = None, None
+        made._hold, made._token, made._created = None, None, False
         return made
 
     @classmethod
@@ -209,7 +211,8 @@ class Batch:
         if self._token is not None:
             _BUILDING.reset(self._token)
             self._token = None
-        if exc is None:
+        if exc is None or not self._created:
+            # A reopened batch was whole before this block: what it added joins it.
             self.commit()
             return
         # The jobs pushed so far run; the batch is not the whole of what was meant.
