@@ -152,18 +152,17 @@ local function settle(bid)
   for _ = 1, 64 do
     if redis.call("exists", k(bid)) == 0 then return end
     local live = redis.call("scard", k(bid, "jids"))
-    local changed, parent = false, parent_of(bid)
-    if live == redis.call("scard", k(bid, "failed")) and redis.call("scard", k(bid, "pkids")) == 0
-        and fire(bid, "complete") then
-      changed = true
-      if parent then redis.call("srem", k(parent, "pkids"), bid) end
-    end
-    if live == 0 and redis.call("scard", k(bid, "ukids")) == 0 and fire(bid, "success") then
-      changed = true
-      if parent then redis.call("srem", k(parent, "ukids"), bid) end
-      linger(bid)
-    end
-    if not changed or not parent then return end
+    local complete = live == redis.call("scard", k(bid, "failed"))
+                     and redis.call("scard", k(bid, "pkids")) == 0 and fire(bid, "complete")
+    local success = live == 0 and redis.call("scard", k(bid, "ukids")) == 0
+                    and fire(bid, "success")
+    if not complete and not success then return end
+    -- looked up only when something fired: the common call stops above
+    local parent = parent_of(bid)
+    if success then linger(bid) end
+    if not parent then return end
+    if complete then redis.call("srem", k(parent, "pkids"), bid) end
+    if success then redis.call("srem", k(parent, "ukids"), bid) end
     bid = parent
   end
 end
@@ -258,6 +257,9 @@ if bad then return redis.error_reply(bad) end
 if redis.call("exists", k(bid)) == 0 then return 0 end
 local jobs = 0
 for i = 2, #ARGV do
+  if redis.call("srem", k(bid, "failed"), ARGV[i]) == 1 then  -- keeps -failed within -jids
+    redis.call("hincrby", k(bid), "failures", -1)
+  end
   if redis.call("srem", k(bid, "jids"), ARGV[i]) == 1
       and string.sub(ARGV[i], 1, %(hold_len)d) ~= "%(hold)s" then
     jobs = jobs + 1
