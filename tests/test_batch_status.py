@@ -168,3 +168,14 @@ def test_wurk_batches_lists_and_shows(cli: Cli, config: Config, r: redis.Redis,
     assert cli("batches", "show").code == 2
     assert cli("batches", "--abandoned-after", "0").code == 2
     b.commit()
+
+
+def test_a_raw_push_with_an_unknown_bid_goes_through_uncounted(
+        config: Config, r: redis.Redis) -> None:
+    jid = wurk.Client(config).push({"class": "X", "args": [], "bid": "b-from-sidekiq-pro"})
+    assert json.loads(r.lrange("queue:default", 0, -1)[0])["jid"] == jid
+    assert r.keys("b-*") == []
+    b = wurk.Batch()
+    b.commit()
+    with pytest.raises(wurk.BatchError, match="already succeeded"):
+        wurk.Client(config).push({"class": "X", "args": [], "bid": b.bid})

@@ -38,7 +38,7 @@ from types import TracebackType
 from typing import Any
 
 from wurk.push import signatures
-from wurk.push.batch_step import BatchError, run
+from wurk.push.batch_step import STRICT, BatchError, run
 from wurk.push.client import Client
 from wurk.push.job import Enqueuer, Job, registry
 from wurk.push.options import JobOptions
@@ -184,13 +184,21 @@ class Batch:
     def add_bulk(self, job: Any, args: Iterable[Sequence[Any]]) -> list[str]:
         """Push one job of this batch per argument list (a thousand per round trip)."""
         name, options = _job_of(job)
-        return self.client.push_bulk({**options.payload_fields(), "class": name,
-                                      "args": [list(one) for one in args],
-                                      wire.FIELD: self.bid})
+        token = STRICT.set(True)
+        try:
+            return self.client.push_bulk({**options.payload_fields(), "class": name,
+                                          "args": [list(one) for one in args],
+                                          wire.FIELD: self.bid})
+        finally:
+            STRICT.reset(token)
 
     def push(self, item: Mapping[str, Any]) -> str | None:
         """Push a raw item (as ``Client.push`` takes it) as a job of this batch."""
-        return self.client.push({**item, wire.FIELD: self.bid})
+        token = STRICT.set(True)
+        try:
+            return self.client.push({**item, wire.FIELD: self.bid})
+        finally:
+            STRICT.reset(token)
 
     # -- letting it go ------------------------------------------------------------
     def commit(self) -> None:

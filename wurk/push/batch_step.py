@@ -12,22 +12,33 @@ batch id in a push or a bulk slice of a thousand jobs.
 
 Duties:
 1. ``admit``: count every job of the slice into its batch, one script call
-   per batch id; a batch that is gone or already succeeded fails the push
-   with :class:`BatchError` and nothing of it written.
+   per batch id; a batch that already succeeded, or (for a push made by
+   ``wurk.Batch``) has no record, fails the push with :class:`BatchError`
+   and nothing of it written. A raw push whose ``bid`` names no batch
+   record goes through uncounted (a Sidekiq Pro bid, a copied payload).
 2. ``give_back``: uncount jobs that were counted but not written.
 3. Turn the scripts' ``WURKBATCH`` error replies into :class:`BatchError`.
 """
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import redis.exceptions as rx
 
+from wurk.core.logging import get_logger
 from wurk.wire import batch
 from wurk.wire.batch_lua import ADD, REMOVE
 from wurk.wire.lua import Script
+
+log = get_logger("wurk.batch")
+# True while wurk.Batch pushes: its batch must exist. A raw push of a payload
+# whose bid names no batch record (a Sidekiq Pro batch, a copied payload)
+# goes through uncounted, with a warning.
+STRICT: contextvars.ContextVar[bool] = contextvars.ContextVar("wurk_batch_strict",
+                                                              default=False)
 
 
 class BatchError(RuntimeError):
@@ -61,8 +72,10 @@ def _by_bid(payloads: Iterable[Mapping[str, Any]]) -> dict[str, list[str]]:
 def admit(slice_: Sequence[tuple[dict[str, Any], float | None]], redis: Any) -> list[bool]:
     """The built-in step: count the jobs of ``slice_`` into their batches."""
     # A refusal raises: the client then gives back what earlier batch ids counted.
+    strict = "1" if STRICT.get() else "0"
     for bid, jids in _by_bid(payload for payload, _ in slice_).items():
-        run(redis, ADD, [bid, *jids])
+        if run(redis, ADD, [bid, strict, *jids]) == -1:
+            log.warning("batch.unknown_bid", bid=bid, jids=jids[:10], count=len(jids))
     return [True] * len(slice_)
 
 

@@ -226,20 +226,23 @@ return "ok"
 """)
 
 # Count jobs into a batch before they are pushed (the client's built-in step).
-# ARGV = [bid, jid, ...]. Replies how many were new; an error when the
-# batch is gone or already succeeded. A replay counts nothing twice.
+# ARGV = [bid, strict ("1": from wurk.Batch), jid, ...]. Replies how many
+# were new, or -1 for a batch with no record when not strict (a raw push of
+# a payload with someone else's bid goes through uncounted); an error when
+# the batch is gone (strict) or already succeeded. A replay counts nothing twice.
 ADD = _script("batch_add", """
 local bid = ARGV[1]
 local bad = insane(bid, {"jids"})
 if bad then return redis.error_reply(bad) end
 if redis.call("exists", k(bid)) == 0 then
+  if ARGV[2] ~= "1" then return -1 end
   return redis.error_reply("WURKBATCH batch " .. bid .. " does not exist (expired or never made)")
 end
 if redis.call("exists", k(bid, "success")) == 1 then
   return redis.error_reply("WURKBATCH batch " .. bid .. " already succeeded: no jobs can join it")
 end
 local added = 0
-for i = 2, #ARGV do added = added + redis.call("sadd", k(bid, "jids"), ARGV[i]) end
+for i = 3, #ARGV do added = added + redis.call("sadd", k(bid, "jids"), ARGV[i]) end
 if added > 0 then
   redis.call("hincrby", k(bid), "total", added)
   redis.call("hincrby", k(bid), "pending", added)
