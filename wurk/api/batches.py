@@ -154,10 +154,10 @@ def _with_state(status: BatchStatus, now: float, abandoned_after: float) -> Batc
         state = "success"
     elif status.aborted:
         state = "aborted"
+    elif status.complete:
+        state = "complete"  # every job ran: what is left waits on retries (or a hand)
     elif status.updated_at and now - status.updated_at > abandoned_after:
         state = "abandoned"
-    elif status.complete:
-        state = "complete"
     else:
         state = "building" if status.holds else "running"
     object.__setattr__(status, "state", state)

@@ -1,5 +1,14 @@
 """The batches' Lua scripts: every change to a batch is one atomic script.
 
+Duties:
+1. ``batch_create``/``batch_hold``/``batch_remove``/``batch_abort``: the
+   builder's side: the record, its holds, uncounting, an aborted block.
+2. ``batch_add``: count jobs in before they are pushed.
+3. ``batch_succeeded``/``batch_failed``: the worker's side: count a job out,
+   record a failure or a death.
+4. ``settle`` (in every script that can finish a batch): fire what is due,
+   exactly once, and walk up to the parent.
+
 Each script that can finish a batch ends in the shared ``settle`` step, so
 the call that makes a batch complete (or successful) is the same call that
 records it fired (a ``SET NX`` marker, ``b-<bid>-complete``/``-success``/
