@@ -242,3 +242,17 @@ def test_a_reopened_batch_whose_block_raises_lets_go(
     assert wurk.Batch.current() is None
     later.commit()
     assert r.exists(f"b-{later.bid}-complete") and not r.hget(f"b-{later.bid}", "aborted")
+
+
+def test_a_scheduled_job_is_counted_when_pushed_and_holds_the_batch_until_it_runs(
+        config: Config, r: redis.Redis, define: Define, launch: Callable[..., Any]) -> None:
+    later = define(lambda: r.rpush("ran", "later"))
+    done = recorder(define, r, "cb")
+    launch()
+    with wurk.Batch(on_success=done) as b:
+        b.push({"class": later.name, "args": [], "at": time.time() + 1.0})
+    assert r.zcard("schedule") == 1 and r.hget(f"b-{b.bid}", "pending") == "1"
+    time.sleep(0.3)
+    assert r.llen("cb") == 0
+    wait_for(lambda: r.llen("cb") == 1, timeout=10)
+    assert r.lrange("ran", 0, -1) == ["later"]
