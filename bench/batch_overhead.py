@@ -14,7 +14,8 @@ round, alternating which goes first, it
 
 For each it prints microseconds per job, Redis round trips per job as the
 server counts socket reads (``total_reads_processed``; a pipeline or a
-script is one) and scripts (EVALSHA) per job. Medians over the rounds and
+script is one), scripts (EVALSHA) per job and the server's time per
+script (``cmdstat_evalsha``). Medians over the rounds and
 the median of the paired per-round differences.
 """
 
@@ -38,7 +39,8 @@ import wurk  # noqa: E402
 from bench.noop_throughput import redis_server  # noqa: E402
 from wurk.runtime.launcher import Launcher  # noqa: E402
 
-Figures = tuple[float, float, float]  # µs, round trips, scripts: per job
+# µs, round trips and scripts per job; µs in Redis per script
+Figures = tuple[float, float, float, float]
 _done = threading.Semaphore(0)
 
 
@@ -52,10 +54,11 @@ def callback(status: dict[str, object]) -> None:
     _done.release()
 
 
-def counters(r: redis.Redis) -> tuple[int, int]:
+def counters(r: redis.Redis) -> tuple[int, int, int]:
     info = r.info("all")
-    return (int(info["total_reads_processed"]),
-            int(info.get("cmdstat_evalsha", {}).get("calls", 0)))
+    evalsha = info.get("cmdstat_evalsha", {})
+    return (int(info["total_reads_processed"]), int(evalsha.get("calls", 0)),
+            int(evalsha.get("usec", 0)))
 
 
 def measure(r: redis.Redis, jobs: int, work: Callable[[], object]) -> Figures:
@@ -64,8 +67,9 @@ def measure(r: redis.Redis, jobs: int, work: Callable[[], object]) -> Figures:
     work()
     elapsed = time.perf_counter() - started
     after = counters(r)
-    return (elapsed / jobs * 1e6, (after[0] - before[0] - 1) / jobs,
-            (after[1] - before[1]) / jobs)
+    scripts = after[1] - before[1]
+    return (elapsed / jobs * 1e6, (after[0] - before[0] - 1) / jobs, scripts / jobs,
+            (after[2] - before[2]) / scripts if scripts else 0.0)
 
 
 def pushes(client: wurk.Client, jobs: int) -> dict[str, Callable[[], object]]:
@@ -137,7 +141,8 @@ def main() -> None:
         for name, got in rows.items():
             print(f"  {name:11} {statistics.median(g[0] for g in got):8.2f} µs/job  "
                   f"{statistics.median(g[1] for g in got):6.3f} round trips/job  "
-                  f"{statistics.median(g[2] for g in got):6.3f} scripts/job")
+                  f"{statistics.median(g[2] for g in got):6.3f} scripts/job  "
+                  f"{statistics.median(g[3] for g in got):6.1f} µs in Redis/script")
         print("\nbatch overhead per job (median of the paired differences):")
         for kind in ("push", "bulk", "run"):
             plain, batch = rows[f"{kind} plain"], rows[f"{kind} batch"]
