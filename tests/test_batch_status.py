@@ -95,6 +95,7 @@ def test_a_block_that_raises_aborts_the_batch_and_nothing_fires(
     ({"on_success": "no_such_job"}, "unknown job 'no_such_job'"),
     ({"on_success": print}, "must be a @wurk.job function"),
     ({"on_complete": ("JOB", {"not": "a list"})}, "takes a job or"),
+    ({"on_complete": ()}, "takes a job or"),
     ({"on_complete": ("JOB", [object()])}, "JSON"),
     ({"workflow": {"x": float("nan")}}, "workflow data must be JSON"),
     ({"description": 5}, "description must be a str"),
@@ -105,7 +106,7 @@ def test_bad_batch_arguments_are_refused_before_anything_is_written(
         kwargs: dict[str, Any], error: str, config: Config, r: redis.Redis,
         define: Define) -> None:
     job = define(lambda status: None)
-    kwargs = {k: ((job, v[1]) if isinstance(v, tuple) else v) for k, v in kwargs.items()}
+    kwargs = {k: ((job, v[1]) if isinstance(v, tuple) and v else v) for k, v in kwargs.items()}
     with pytest.raises((wurk.BatchError, wurk.ArgumentError), match=error):
         wurk.Batch(**kwargs)
     assert r.keys("b-*") == [] and r.zcard("batches") == 0

@@ -78,11 +78,14 @@ def _specs(event: str, value: Any) -> list[tuple[str, JobOptions, list[Any]]]:
         return []
     many = value if isinstance(value, list) else [value]
     specs = []
+    args: Any
     for one in many:
-        job, args = (one[0], one[1] if len(one) > 1 else []) if isinstance(one, tuple) \
-            else (one, [])
-        if isinstance(one, tuple) and (len(one) > 2 or not isinstance(args, list | tuple)):
-            raise BatchError(f"on_{event} takes a job or (job, [args]), got {one!r}")
+        job, args = one, []
+        if isinstance(one, tuple):
+            if not 1 <= len(one) <= 2 or not isinstance(one[-1] if len(one) == 2 else [],
+                                                         list | tuple):
+                raise BatchError(f"on_{event} takes a job or (job, [args]), got {one!r}")
+            job, args = one[0], (one[1] if len(one) == 2 else [])
         name, options = _job_of(job)
         check_args(list(args), f"on_{event} arguments")
         specs.append((name, options, list(args)))
