@@ -180,7 +180,8 @@ def test_a_job_counted_twice_counts_once(config: Config, r: redis.Redis, define:
     for _ in range(3):
         assert worker_side.succeeded(config, job, lambda wait: False)
     assert r.hget(f"b-{b.bid}", "pending") == "1" and not r.exists(f"b-{b.bid}-success")
-    worker_side.failed(config, job, ValueError("late"), "retry")  # after success: ignored
+    worker_side.failed(config, job, ValueError("late"), "retry",  # after success: ignored
+                       lambda wait: False)
     assert r.scard(f"b-{b.bid}-failed") == 0
     worker_side.succeeded(config, {"jid": other, "bid": b.bid}, lambda wait: False)
     assert r.exists(f"b-{b.bid}-success") and r.llen("queue:default") == 3  # 2 jobs, 1 callback
@@ -256,3 +257,28 @@ def test_a_scheduled_job_is_counted_when_pushed_and_holds_the_batch_until_it_run
     assert r.llen("cb") == 0
     wait_for(lambda: r.llen("cb") == 1, timeout=10)
     assert r.lrange("ran", 0, -1) == ["later"]
+
+
+def test_through_a_redis_outage_the_worker_retries_the_count_until_a_stop_abandons_it(
+        config: Config, r: redis.Redis) -> None:
+    from conftest import free_port
+
+    from wurk.runtime import batch as worker_side
+
+    away = Config(redis_url=f"redis://127.0.0.1:{free_port()}/0", redis_retry_attempts=1,
+                  redis_connect_timeout=0.2, redis_retry_base=0.01, redis_retry_cap=0.02,
+                  log_level="warning")
+    waits: list[float] = []
+
+    def abandoned(wait: float) -> bool:
+        waits.append(wait)
+        return len(waits) == 3  # a hard stop on the third wait
+    job = {"jid": "j" * 24, "bid": "some-batch"}
+    try:
+        assert worker_side.succeeded(away, job, abandoned) is False
+        assert len(waits) == 3 and all(0 < w < 0.1 for w in waits)
+        waits.clear()
+        worker_side.failed(away, job, ValueError("x"), "dead", abandoned)
+        assert len(waits) == 3
+    finally:
+        close_pool(away)

@@ -18,9 +18,8 @@ one dict lookup. For a batch job:
 3. ``failed``, before the failure is settled: records the jid and its
    error (class and message) in ``b-<bid>-failed``/``-failinfo``, which
    counts as "ran once" for ``complete``; a job that died (or was dropped
-   by ``dead: false``) also fires ``death`` once. Best effort: a failure
-   that cannot be recorded is logged; the job's own retry or death still
-   settles.
+   by ``dead: false``) also fires ``death`` once. Retried through Redis
+   trouble as a success is; the settle that follows retries the same way.
 Nothing here raises into the processor: a batch in a bad state (garbage in
 Redis) is logged as ``batch.unrecorded`` and the job is acknowledged.
 """
@@ -42,6 +41,7 @@ from wurk.redis.policy import backoff_delay
 from wurk.redis.pools import pool_for
 from wurk.wire import batch
 from wurk.wire.batch_lua import FAILED, SUCCEEDED
+from wurk.wire.lua import Script
 from wurk.wire.payload import dumps
 
 if TYPE_CHECKING:
@@ -73,20 +73,44 @@ def succeeded(config: Config, job: dict[str, Any],
     bid = batch.bid_of(job) if batch.FIELD in job else None
     if bid is None:
         return True
-    jid = str(job.get("jid"))
+    return _until_recorded(config, SUCCEEDED, [bid, str(job.get("jid"))], abandoned)
+
+
+def failed(config: Config, job: dict[str, Any], exc: BaseException, outcome: str,
+           abandoned: Callable[[float], bool]) -> None:
+    """Record a failure; ``outcome`` is where the job goes: retry, dead or dropped."""
+    bid = batch.bid_of(job) if batch.FIELD in job else None
+    if bid is None:
+        return
+    died = "1" if outcome in ("dead", "dropped") else "0"
+    try:
+        info = dumps({"class": type(exc).__name__, "message": str(exc)[:1000],
+                      "job": str(job.get("class"))[:200], "retry_count": job.get("retry_count")})
+    except (TypeError, ValueError):  # a retry_count a middleware made unwritable
+        info = dumps({"class": type(exc).__name__, "message": str(exc)[:1000]})
+    # Abandoned by a hard stop: the settle that follows leaves the job to the recovery too.
+    _until_recorded(config, FAILED, [bid, str(job.get("jid")), info, died], abandoned)
+
+
+def _until_recorded(config: Config, script: Script, args: list[Any],
+                    abandoned: Callable[[float], bool]) -> bool:
+    """Run a batch script through Redis trouble, with backoff, until it lands (True),
+    a hard stop abandons the job (False), or Redis refuses it for good (logged, True)."""
+    bid, jid = args[0], args[1]
     attempt = 0
     while True:
         try:
-            if run(pool_for(config), SUCCEEDED, [bid, jid]) == -1:
+            if run(pool_for(config), script, args) == -1:
                 log.warning("batch.gone", bid=bid, jid=jid)
             return True
         except Exception as exc:  # noqa: BLE001 - Redis trouble: wait and go again
             if _hopeless(exc):
-                log.error("batch.unrecorded", bid=bid, jid=jid, error=describe(exc))
+                log.error("batch.unrecorded", bid=bid, jid=jid, step=script.name,
+                          error=describe(exc))
                 return True
             attempt += 1
             wait = backoff_delay(attempt, config.redis_retry_base, config.redis_retry_cap, _rng)
-            log.warning("batch.retrying", bid=bid, jid=jid, attempt=attempt,
+            log.warning("batch.retrying", bid=bid, jid=jid, step=script.name, attempt=attempt,
                         error=describe(exc), wait=round(wait, 3))
             if abandoned(wait):
                 return False
@@ -99,19 +123,3 @@ def _hopeless(exc: Exception) -> bool:
     text = str(exc)
     return isinstance(exc, rx.ResponseError) and (
         "WRONGTYPE" in text or "script" in text.lower())
-
-
-def failed(config: Config, job: dict[str, Any], exc: BaseException, outcome: str) -> None:
-    """Record a failure; ``outcome`` is where the job goes: retry, dead or dropped."""
-    bid = batch.bid_of(job) if batch.FIELD in job else None
-    if bid is None:
-        return
-    jid = str(job.get("jid"))
-    died = "1" if outcome in ("dead", "dropped") else "0"
-    try:
-        info = dumps({"class": type(exc).__name__, "message": str(exc)[:1000],
-                      "job": str(job.get("class"))[:200], "retry_count": job.get("retry_count")})
-        if run(pool_for(config), FAILED, [bid, jid, info, died]) == -1:
-            log.warning("batch.gone", bid=bid, jid=jid)
-    except Exception as error:  # noqa: BLE001 - the job's own settle goes on
-        log.error("batch.unrecorded", bid=bid, jid=jid, outcome=outcome, error=describe(error))

@@ -168,7 +168,8 @@ class Processor:
             log.error("retry.unrecordable", jid=_jid(job), error=describe(unwritable),
                       failure=describe(exc))
             settlement = Settlement.dead(work.raw)
-        batch.failed(self.config, job, exc, settlement.outcome)
+        batch.failed(self.config, job, exc, settlement.outcome,
+                     lambda wait: self.in_flight.wait_abandoned(slot, wait))
         if self._settle(work, slot, _jid(job), settlement):
             log.info(f"job.{settlement.outcome}", jid=_jid(job), queue=work.queue,
                      retry_count=job.get("retry_count"))
