@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from wurk import limiter, old_paths
 from wurk.limiter import OverLimit
+from wurk.push.batch import Batch, BatchError
 from wurk.push.buffered import PushBufferFullError
 from wurk.push.client import Client
 from wurk.push.confirmed import PushNotConfirmedError
@@ -31,6 +32,8 @@ old_paths.install()
 
 __all__ = [
     "ArgumentError",
+    "Batch",
+    "BatchError",
     "Client",
     "Config",
     "ConfigError",

@@ -20,12 +20,15 @@ Modules, one concern each:
 - ``unique``: :class:`UniqueLocks`, the locks of unique jobs.
 - ``paging``: one page of a queue or set, and searches that never read a
   big key whole (the dashboard's data).
+- ``batches``: :class:`BatchSet`, :class:`BatchStatus`: batches, their
+  counts, failures and callbacks.
 - ``errors``: the lookup and control errors callers catch.
 
 Apply-safety: every read is declared idempotent to the pool; every write
 says next to it whether a replay after a lost reply would be harmless.
 """
 
+from wurk.api.batches import BatchSet, BatchStatus
 from wurk.api.entries import SortedEntry
 from wurk.api.errors import (
     JobKilledError,
@@ -55,6 +58,8 @@ from wurk.api.unique import UniqueLock, UniqueLocks
 from wurk.api.workers import Work, WorkEntry, Workers
 
 __all__ = [
+    "BatchSet",
+    "BatchStatus",
     "DeadSet",
     "History",
     "JobKilledError",

@@ -34,8 +34,9 @@ from typing import Any
 
 from wurk.core.logging import get_logger
 from wurk.core.threads import describe
-from wurk.push import unique
+from wurk.push import batch_step, unique
 from wurk.settings.hooks import ClientMiddleware
+from wurk.wire.batch import FIELD as BATCH_FIELD
 from wurk.wire.unique import FOR as UNIQUE_FOR
 
 log = get_logger("wurk.client")
@@ -50,8 +51,12 @@ class BuiltIn:
 
 
 # Run after the application's chain, so the lock is taken on the arguments as
-# they will be written, just before the write.
-BUILT_IN: tuple[BuiltIn, ...] = (BuiltIn(UNIQUE_FOR, unique.admit, unique.give_back),)
+# they will be written, just before the write. A batch counts its jobs last,
+# so a duplicate the unique step refused is never counted.
+BUILT_IN: tuple[BuiltIn, ...] = (
+    BuiltIn(UNIQUE_FOR, unique.admit, unique.give_back),
+    BuiltIn(BATCH_FIELD, batch_step.admit, batch_step.give_back),
+)
 
 
 def invoke(chain: Sequence[ClientMiddleware], payload: dict[str, Any], redis: Any) -> bool:

@@ -32,6 +32,8 @@ Duties, in order, for each job:
 6. Store the outcome of a job that asked for it (``result_ttl`` in the
    payload: :mod:`wurk.runtime.results`) before its acknowledgement or
    settle; any other job pays one dict lookup.
+7. Tell :mod:`wurk.runtime.batch` when a batch job runs and how it ended
+   (before its ack or settle), so its batch counts it and fires callbacks.
 7. Drop this execution's outcome when the launcher already pushed the job
    back to Redis during a hard stop (the job runs again, which the
    at-least-once contract allows), and stop retrying a settle once a hard
@@ -45,6 +47,7 @@ back (``Manager._give_back``).
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -56,7 +59,7 @@ from wurk.limiter.base import reschedulable
 from wurk.observe import metrics, profiler
 from wurk.push.job import Registered, Registry, UnknownJobError
 from wurk.push.time_options import JobExpiredError
-from wurk.runtime import middleware, overlimit, results, settle, time_limits, unique
+from wurk.runtime import batch, middleware, overlimit, results, settle, time_limits, unique
 from wurk.runtime.job_timer import JobTimer
 from wurk.runtime.retry import RetryHandler
 from wurk.runtime.work import Settlement
@@ -103,9 +106,11 @@ class Processor:
         if limits.expiry is not None and self._expired(job, work, slot, limits.expiry):
             return
         unique.started(self.config, job)
+        running = batch.started(job)
         failure = (self.timer.run(slot, work, job, entry.options if entry else None,
                                   limits=limits, call=lambda: self._execute(job, work.queue, entry))
                    if limits.bounded else self._execute(job, work.queue, entry))
+        batch.stopped(running)
         if failure is None:
             self._succeeded(job, work, slot)
         else:
@@ -113,13 +118,16 @@ class Processor:
             self.in_flight.finish(slot)
 
     def _expired(self, job: dict[str, Any], work: UnitOfWork, slot: str, expiry: float) -> bool:
-        if not time_limits.drop_expired(self.config, job, work, self.fetch, self.counters,
-                                           expiry=expiry):
+        if time.time() <= expiry:
             return False
-        if results.TTL in job:  # a waiter learns it will never run, instead of timing out
-            expired = JobExpiredError("dropped unrun: fetched after its expiry")
-            results.failed(self.config, job, expired, "dropped",
-                           lambda t: self.in_flight.wait_abandoned(slot, t))
+        # A result waiter and the job's batch learn it will never run, before
+        # the ack: a crash between leaves it to be fetched, and dropped, again.
+        gone = JobExpiredError("dropped unrun: fetched after its expiry")
+        abandoned = functools.partial(self.in_flight.wait_abandoned, slot)
+        if results.TTL in job:
+            results.failed(self.config, job, gone, "dropped", abandoned)
+        batch.failed(self.config, job, gone, "dropped", abandoned)
+        time_limits.drop_expired(self.config, job, work, self.fetch, self.counters, expiry=expiry)
         self.in_flight.finish(slot)
         unique.finished(self.config, job, "dropped")  # never ran: a new push may go ahead
         return True
@@ -166,6 +174,11 @@ class Processor:
     def _succeeded(self, job: dict[str, Any], work: UnitOfWork, slot: str) -> None:
         if results.TTL in job:
             results.succeeded(self.config, job, lambda t: self.in_flight.wait_abandoned(slot, t))
+        # Counted in its batch before the ack: a crash between runs it again, counted once.
+        if not batch.succeeded(self.config, job, lambda wait: self.in_flight.wait_abandoned(
+                slot, wait)):
+            self.in_flight.finish(slot)
+            return  # a hard stop took it first: its copy stays for the recovery
         if self.in_flight.finish(slot):
             return  # requeued by a hard stop: not ours to settle any more
         self.counters.record(failed=False)
@@ -193,6 +206,8 @@ class Processor:
         if results.TTL in job:
             results.failed(self.config, job, exc, settlement.outcome,
                            lambda t: self.in_flight.wait_abandoned(slot, t))
+        batch.failed(self.config, job, exc, settlement.outcome,
+                     lambda wait: self.in_flight.wait_abandoned(slot, wait))
         if self._settle(work, slot, _jid(job), settlement):
             log.info(f"job.{settlement.outcome}", jid=_jid(job), queue=work.queue,
                      retry_count=job.get("retry_count"))
