@@ -1,0 +1,4 @@
+"""Integrations with frameworks and tools, each an optional extra.
+
+``import wurk`` never imports anything here.
+"""
