@@ -24,13 +24,13 @@ from waiting import wait_for
 
 pytest.importorskip("fastapi")
 
-from fastapi import FastAPI  # noqa: E402
-from fastapi.testclient import TestClient  # noqa: E402
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
 
-from examples import fastapi_app  # noqa: E402
-from examples.jobs import CHARGES, WELCOMED  # noqa: E402
-from wurk.contrib.asgi import Workers, lifespan, with_workers  # noqa: E402
-from wurk.settings.config import Config  # noqa: E402
+from examples import fastapi_app
+from examples.jobs import CHARGES, WELCOMED
+from wurk.contrib.asgi import Workers, lifespan, with_workers
+from wurk.settings.config import Config
 
 
 def test_an_embedded_worker_runs_jobs_pushed_from_async_and_sync_handlers(

@@ -1,4 +1,4 @@
-"""wurk.contrib.flask: the extension, its settings, and pushes from views (examples/flask_app.py)."""
+"""wurk.contrib.flask: the extension, its settings, pushes from views (examples/flask_app.py)."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ from waiting import wait_for
 
 pytest.importorskip("flask")
 
-import wurk  # noqa: E402
-from examples import flask_app  # noqa: E402
-from examples.jobs import WELCOMED  # noqa: E402
-from wurk.contrib.flask import Wurk  # noqa: E402
-from wurk.redis.pools import close_pool  # noqa: E402
-from wurk.settings.config import ConfigError  # noqa: E402
+import wurk
+from examples import flask_app
+from examples.jobs import WELCOMED
+from wurk.contrib.flask import Wurk
+from wurk.redis.pools import close_pool
+from wurk.settings.config import ConfigError
 
 
 @pytest.fixture
