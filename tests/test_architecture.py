@@ -100,3 +100,6 @@ def test_import_wurk_loads_no_worker_runtime_and_no_admin_side() -> None:
     # The after-fork resets are the one runtime module every pushing process needs.
     assert [m for m in loaded if m.startswith("wurk.runtime.")] == ["wurk.runtime.forking"]
     assert [m for m in loaded if m.startswith(("wurk.admin", "wurk.api", "wurk.cli"))] == []
+    # Framework integrations are optional extras: never imported by wurk itself.
+    assert [m for m in loaded if m.startswith("wurk.contrib")
+            or m.split(".")[0] in ("django", "flask", "starlette", "fastapi")] == []
