@@ -233,3 +233,54 @@ def test_the_deferred_push_keeps_its_payload(project: Project, r: redis.Redis) -
     payload = json.loads(raw)
     assert payload["args"] == [9] and payload["retry"] == 7 and payload["tags"] == ["t"]
     assert payload["class"] == "orders.jobs.fulfil_order" and "enqueued_at" in payload
+
+
+HOOKED = textwrap.dedent("""
+    import json, os
+    import wurk
+    from wurk.settings.config import Config
+    # As a swarm child does after the fork: install the slot's own config.
+    config = wurk.configure(Config(redis_url=os.environ["REDIS_URL"]))
+    again = wurk.configure(config)  # a second install adds nothing twice
+    print(json.dumps({
+        "errors": [h.__name__ for h in config.error_handlers],
+        "server": [getattr(m, "__name__", repr(m)) for m in config.server_middleware],
+        "client": [repr(m) for m in config.client_middleware],
+    }))
+""")
+
+
+def test_every_config_a_worker_installs_gets_the_hooks(unmigrated: Project,
+                                                       tmp_path: Any) -> None:
+    (tmp_path / "hook_settings.py").write_text(textwrap.dedent("""
+        from mysite.settings import *
+
+        def report(exc, context):
+            pass
+
+        WURK = {**WURK, "error_handlers": ["hook_settings.report"]}
+    """))
+    env = {"DJANGO_SETTINGS_MODULE": "hook_settings",
+           "PYTHONPATH": f"{tmp_path}:{unmigrated.env['PYTHONPATH']}"}
+    [seen] = unmigrated.python(HOOKED, env=env)
+    assert seen == {"errors": ["report"], "server": ["fresh_connections"],
+                    "client": ["OnCommit(using='default', automatic=True)"]}
+
+
+VIEW = textwrap.dedent("""
+    import json, os
+    import redis
+    from django.test import Client
+    from orders.models import Order
+    reply = Client().post("/orders/lamp/").json()
+    r = redis.Redis.from_url(os.environ["REDIS_URL"], decode_responses=True)
+    [job] = [json.loads(raw) for raw in r.lrange("queue:orders", 0, -1)]
+    print(json.dumps({"reply": reply, "job": job, "orders": Order.objects.count()}))
+""")
+
+
+def test_a_view_pushes_after_its_transaction_commits(project: Project) -> None:
+    [seen] = project.python(VIEW)
+    assert seen["orders"] == 1
+    assert seen["job"]["jid"] == seen["reply"]["jid"]
+    assert seen["job"]["args"] == [seen["reply"]["order"]]

@@ -102,7 +102,12 @@ class Workers:
                     return
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
-                await self.stop()
+                try:
+                    await self.stop()
+                except Exception as exc:  # noqa: BLE001 - the server reports it
+                    await send({"type": "lifespan.shutdown.failed",
+                                "message": f"{type(exc).__name__}: {exc}"})
+                    return
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 

@@ -35,7 +35,9 @@ def start() -> None:
     """Everything ``ready`` does (also called by :mod:`.boot` when the app is
     not in ``INSTALLED_APPS``). Safe to call twice."""
     connections.install_fork_hooks()
-    conf.on_commit_alias()  # a bad WURK_ON_COMMIT fails at start, not at a push
+    # A bad WURK_ON_COMMIT or hook fails here, at start, not in a forked child.
+    conf.on_commit_alias()
+    conf.hooks()
     if not _started:
         when_configured(conf.add_hooks)
         _started.append(True)
