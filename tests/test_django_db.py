@@ -11,7 +11,9 @@ import json
 import textwrap
 from typing import Any
 
+import pytest
 import redis
+from conftest import free_port
 from django_project import Project, project, unmigrated
 
 __all__ = ["project", "unmigrated"]
@@ -284,3 +286,31 @@ def test_a_view_pushes_after_its_transaction_commits(project: Project) -> None:
     assert seen["orders"] == 1
     assert seen["job"]["jid"] == seen["reply"]["jid"]
     assert seen["job"]["args"] == [seen["reply"]["order"]]
+
+
+REDIS_AWAY = textwrap.dedent("""
+    import json
+    from django.db import transaction
+    from orders.jobs import fulfil_order
+    from orders.models import Order
+    raised = None
+    try:
+        with transaction.atomic():
+            order = Order.objects.create(item="kept")
+            jid = fulfil_order.perform_async(order.pk)
+    except Exception as exc:
+        raised = type(exc).__name__
+    print(json.dumps({"raised": raised, "jid": jid, "orders": Order.objects.count()}))
+""")
+
+
+@pytest.mark.parametrize(("reliable", "raised"), [("true", None), ("false", "ConnectError")])
+def test_a_deferred_push_that_redis_refuses_is_kept_or_raised_after_the_commit(
+        project: Project, reliable: str, raised: str | None) -> None:
+    away = {"REDIS_URL": f"redis://127.0.0.1:{free_port()}/0", "WURK_RELIABLE_PUSH": reliable,
+            "WURK_REDIS_RETRY_ATTEMPTS": "1", "WURK_REDIS_CONNECT_TIMEOUT": "0.5"}
+    [seen] = project.python(REDIS_AWAY, env=away)
+    # The rows are committed either way. With reliable_push the job waits in
+    # memory (then the spool); without it the push's error reaches the caller.
+    assert seen["orders"] == 1 and isinstance(seen["jid"], str)
+    assert seen["raised"] == raised

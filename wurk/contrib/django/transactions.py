@@ -16,9 +16,10 @@ Duties:
 2. Whether it defers: ``settings.WURK_ON_COMMIT`` (default True, the
    recommended setting), overridden for the pushes inside ``with
    on_commit(...)``; :func:`enqueue_on_commit` is one push that waits.
-3. A deferred push that fails at the commit (Redis away, without
-   ``reliable_push``) raises out of the ``atomic`` block that committed, as
-   the push itself would have, after the data is committed.
+3. A deferred push meets Redis at the commit: with ``reliable_push`` (the
+   default) a refused one waits in memory and then the spool, as any push;
+   without it, the error raises out of the ``atomic`` block that committed,
+   after the data is committed.
 """
 
 from __future__ import annotations
