@@ -20,6 +20,8 @@ from wurk.settings.config import configure, when_configured
 JOBS_MODULE = "jobs"
 # Set by wurk.contrib.django.boot: wurk's own entry point owns the config.
 entry_point_owns_config: list[bool] = []
+# The config hook is registered once per process, however often start() runs.
+_started: list[bool] = []
 
 
 class WurkConfig(AppConfig):
@@ -44,6 +46,3 @@ def start() -> None:
     if not entry_point_owns_config:
         configure(conf.build_config())
     autodiscover_modules(JOBS_MODULE)
-
-
-_started: list[bool] = []
