@@ -6,6 +6,7 @@ hook would otherwise reach the rest of the suite.
 
 from __future__ import annotations
 
+import json
 import textwrap
 from pathlib import Path
 
@@ -99,23 +100,51 @@ def test_the_boot_module_names_the_missing_settings_variable(unmigrated: Project
     assert "needs DJANGO_SETTINGS_MODULE" in done.stderr
 
 
-@pytest.mark.parametrize(("wurk", "message"), [
-    ('{**WURK, "concurrency": 0}', "settings.WURK: concurrency must be"),
-    ('{**WURK, "concurency": 4}', "settings.WURK: unknown key 'concurency'"),
-    ('{**WURK, "queues": "orders"}', "settings.WURK: queues must be list"),
-    ('["redis_url"]', "settings.WURK must be a dict of wurk settings"),
-    ('{**WURK, "error_handlers": ["no.such.module.handler"]}',
+BAD_SETTINGS = [
+    ({"concurrency": 0}, "settings.WURK: concurrency must be from 1 to 1000, got 0"),
+    ({"concurency": 4}, "settings.WURK: unknown key 'concurency' (set to 4)"),
+    ({"queues": "orders"}, "settings.WURK: queues must be list"),
+    ({"error_handlers": ["no.such.module.handler"]},
      "settings.WURK: error_handlers: cannot import 'no.such.module.handler'"),
-])
-def test_settings_wurk_is_checked_with_wurks_own_messages(
-        unmigrated: Project, tmp_path: Path, wurk: str, message: str) -> None:
-    project = unmigrated
-    (tmp_path / "bad_settings.py").write_text(f"from mysite.settings import *\nWURK = {wurk}\n")
+    ({"error_handlers": "mysite.settings.WURK"}, "settings.WURK: error_handlers must be a list"),
+    ({"on_redis_error": 3}, "settings.WURK: on_redis_error must hold callables"),
+]
+
+CHECK_EACH = textwrap.dedent("""
+    import json
+    from django.test import override_settings
+    from django.conf import settings
+    from wurk.contrib.django import conf
+    from wurk.settings.config import ConfigError
+    for change in json.loads({cases!r}):
+        with override_settings(WURK=change if change == ["redis_url"] else
+                               {{**settings.WURK, **change}}):
+            try:
+                conf.build_config()
+                conf.hooks()
+                print(json.dumps(None))
+            except ConfigError as exc:
+                print(json.dumps(str(exc)))
+""")
+
+
+def test_settings_wurk_is_checked_with_wurks_own_messages(unmigrated: Project) -> None:
+    cases = [change for change, _ in BAD_SETTINGS] + [["redis_url"]]
+    messages = unmigrated.python(CHECK_EACH.format(cases=json.dumps(cases)))
+    wanted = [message for _, message in BAD_SETTINGS]
+    wanted.append("settings.WURK must be a dict of wurk settings")
+    for got, expected in zip(messages, wanted, strict=True):
+        assert got is not None and expected in got
+
+
+def test_a_bad_settings_wurk_stops_django_at_start(unmigrated: Project, tmp_path: Path) -> None:
+    (tmp_path / "bad_settings.py").write_text(
+        "from mysite.settings import *\nWURK = {**WURK, 'concurrency': 0}\n")
     env = {"DJANGO_SETTINGS_MODULE": "bad_settings",
-           "PYTHONPATH": f"{tmp_path}:{project.env['PYTHONPATH']}"}
-    done = project.manage("wurk", "run", check=False, env=env)
+           "PYTHONPATH": f"{tmp_path}:{unmigrated.env['PYTHONPATH']}"}
+    done = unmigrated.manage("wurk", "run", check=False, env=env)
     assert done.returncode != 0
-    assert message in done.stderr
+    assert "settings.WURK: concurrency must be" in done.stderr
 
 
 def test_a_bad_flag_value_names_the_arguments_and_exits_78(unmigrated: Project) -> None:
