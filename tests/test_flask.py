@@ -18,11 +18,15 @@ from examples import flask_app
 from examples.jobs import WELCOMED
 from wurk.contrib.flask import Wurk
 from wurk.redis.pools import close_pool
+from wurk.settings import config as settings_config
 from wurk.settings.config import ConfigError
 
 
 @pytest.fixture
-def apps(redis_server: RedisServer, r: redis.Redis) -> Iterator[list[Any]]:
+def apps(redis_server: RedisServer, r: redis.Redis,
+         monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Any]]:
+    # init_app installs the app's config as the default: give the old one back after.
+    monkeypatch.setattr(settings_config, "_default", settings_config._default)
     made: list[Any] = []
     yield made
     for app in made:
@@ -72,8 +76,8 @@ def test_settings_layer_the_dict_under_the_prefixed_keys(apps: list[Any],
     ({"WURK_CONCURENCY": 2}, "app.config: unknown key 'WURK_CONCURENCY'"),
     ({"WURK": ["redis_url"]}, "app.config: WURK must be a dict of wurk settings"),
 ])
-def test_a_bad_setting_is_named_with_its_key(redis_server: RedisServer, settings: dict[str, Any],
-                                             message: str) -> None:
+def test_a_bad_setting_is_named_with_its_key(apps: list[Any], redis_server: RedisServer,
+                                             settings: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError) as caught:
         flask_app.create_app({"WURK_REDIS_URL": redis_server.url, **settings})
     assert message in str(caught.value)
