@@ -308,7 +308,8 @@ REDIS_AWAY = textwrap.dedent("""
 def test_a_deferred_push_that_redis_refuses_is_kept_or_raised_after_the_commit(
         project: Project, reliable: str, raised: str | None) -> None:
     away = {"REDIS_URL": f"redis://127.0.0.1:{free_port()}/0", "WURK_RELIABLE_PUSH": reliable,
-            "WURK_REDIS_RETRY_ATTEMPTS": "1", "WURK_REDIS_CONNECT_TIMEOUT": "0.5"}
+            "WURK_REDIS_RETRY_ATTEMPTS": "1", "WURK_REDIS_CONNECT_TIMEOUT": "0.5",
+            "WURK_PUSH_FLUSH_TIMEOUT": "0.5"}
     [seen] = project.python(REDIS_AWAY, env=away)
     # The rows are committed either way. With reliable_push the job waits in
     # memory (then the spool); without it the push's error reaches the caller.
