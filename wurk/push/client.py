@@ -106,12 +106,12 @@ class Client:
         """Push one job. ``item`` needs ``class`` and ``args``; ``at`` schedules it.
 
         Unknown keys are kept. Returns the jid, or None when a client
-        middleware stopped the push.
+        middleware stopped the push (one that deferred it gives the jid).
         """
         now = time.time()
         prepared = self._through_middleware(self.normalise(item, now), now)
-        if prepared is None:
-            return None
+        if not isinstance(prepared, tuple):
+            return prepared  # None (stopped) or the jid of a deferred push
         try:
             if not middleware.admit([prepared], lambda: self.pool):
                 return None
@@ -145,23 +145,27 @@ class Client:
         jids: list[str] = []
         for start in range(0, len(all_args), BULK_BATCH):
             batch: list[tuple[dict[str, Any], float | None]] = []
+            order: list[str] = []
+            deferred: set[str] = set()
             try:
                 for i in range(start, min(start + BULK_BATCH, len(all_args))):
-                    one = {k: v for k, v in item.items() if k not in ("args", "at", "jid")}
-                    one["args"] = all_args[i]
-                    if ats is not None:
-                        one["at"] = ats[i] if isinstance(ats, list) else ats
-                    one.setdefault("created_at", created)
+                    one = _bulk_item(item, all_args[i], ats[i] if isinstance(ats, list) else ats,
+                                     created)
                     prepared = self._through_middleware(self.normalise(one, now), now)
-                    if prepared is not None:
+                    if isinstance(prepared, tuple):
                         batch.append(prepared)
+                        order.append(str(prepared[0]["jid"]))
+                    elif prepared is not None:
+                        order.append(prepared)  # deferred: its jid, written later
+                        deferred.add(prepared)
                 batch = middleware.admit(batch, lambda: self.pool)
                 if batch:
                     self._write_mixed(batch)
             except BaseException:
                 middleware.unwritten((p for p, _ in batch), self.pool)
                 raise
-            jids.extend(str(p["jid"]) for p, _ in batch)
+            kept = deferred | {str(p["jid"]) for p, _ in batch}
+            jids.extend(jid for jid in order if jid in kept)
         return jids
 
     # -- building payloads ----------------------------------------------
@@ -190,17 +194,19 @@ class Client:
         return payload, run_at
 
     def _through_middleware(self, prepared: tuple[dict[str, Any], float | None],
-                            now: float) -> tuple[dict[str, Any], float | None] | None:
+                            now: float) -> tuple[dict[str, Any], float | None] | str | None:
         """Run the client middleware (if any) on a normalised payload: None when
-        one stopped the push, else the payload checked again as a push would be."""
+        one stopped the push, the jid when one deferred it (``middleware.defer``),
+        else the payload checked again as a push would be."""
         chain = self.config.client_middleware if self._middleware is None else self._middleware
         if not chain:
             return prepared
         payload, run_at = prepared
         if run_at is not None:
             payload["at"] = run_at  # as Sidekiq's middleware sees a scheduled job
-        if not middleware.invoke(chain, payload, self.pool):
-            return None
+        outcome = middleware.run(chain, payload, self.pool, lambda: self.push(payload))
+        if outcome != "write":
+            return str(payload["jid"]) if outcome == "defer" else None
         # A middleware may have changed anything, ``at`` and ``args`` included.
         return self.normalise(payload, now)
 
@@ -268,6 +274,15 @@ class Client:
     def push_raw(self, queue: str, raw: str | bytes) -> None:
         """Put an already-serialised payload back on its queue, oldest end first."""
         self.pool.pipeline([("SADD", keys.QUEUES, queue), ("RPUSH", keys.queue(queue), raw)])
+
+
+def _bulk_item(item: Mapping[str, Any], args: list[Any], at: Any, created: Any) -> dict[str, Any]:
+    one = {k: v for k, v in item.items() if k not in ("args", "at", "jid")}
+    one["args"] = args
+    if at is not None:
+        one["at"] = at
+    one.setdefault("created_at", created)
+    return one
 
 
 def _as_push(batch: Sequence[tuple[dict[str, Any], float | None]]) -> ConfirmedPush:
