@@ -43,6 +43,7 @@ from wurk.settings.hooks import (
     ErrorHandler,
     RedisErrorHook,
     ServerMiddleware,
+    ShutdownHook,
 )
 from wurk.settings.queues import QueueSpecError, parse_queues
 from wurk.settings.values import ConfigError, check_type, environment_layer
@@ -111,6 +112,7 @@ class Config:
     death_handlers: list[DeathHandler] = DECLARED
     server_middleware: list[ServerMiddleware] = DECLARED
     client_middleware: list[ClientMiddleware] = DECLARED
+    on_shutdown: list[ShutdownHook] = DECLARED
     on_redis_error: RedisErrorHook | None = DECLARED
 
     def __post_init__(self) -> None:

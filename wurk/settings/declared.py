@@ -206,6 +206,11 @@ HOOKS: tuple[Hook, ...] = (
          help="each is called as `mw(job_class, payload, queue, redis, call_next)` before "
               "every push; it may change the payload, or not call `call_next()` to stop "
               "the push"),
+    Hook("on_shutdown", "list[ShutdownHook]", many=True,
+         help="each is called with no arguments when a worker (`wurk run`, a swarm child, "
+              "an embedded worker) has stopped its jobs and flushed its pushes, before it "
+              "exits: flush a tracer or an error reporter here, as swarm children leave by "
+              "`os._exit` and run no `atexit` handlers"),
     Hook("on_redis_error", "RedisErrorHook | None", many=False,
          help="told of every Redis retry, refusal and give-up of a pool, as "
               "`hook(error, attempt=n, action=...)`"),
