@@ -50,7 +50,7 @@ from wurk.core import logging as wlog
 from wurk.core.logging import get_logger
 from wurk.core.threads import describe
 from wurk.limiter.base import reschedulable
-from wurk.observe import metrics, profiler
+from wurk.observe import class_metrics, metrics, profiler
 from wurk.push.job import Registered, Registry, UnknownJobError
 from wurk.runtime import middleware, overlimit, settle, time_limits, unique
 from wurk.runtime.job_timer import JobTimer
@@ -81,6 +81,7 @@ class Processor:
         # Metrics on: every run is timed and counted. Off: the plain method, nothing added.
         observed = metrics.for_config(config)
         self._run_job: RunJob = self._run if observed is None else observed.timed(self._run)
+        self._run_job = class_metrics.tracked(config, counters.classes, self._run_job)
 
     def process(self, work: UnitOfWork, slot: str) -> None:
         try:

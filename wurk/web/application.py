@@ -28,6 +28,7 @@ from wurk.web import (
     present,
     views_busy,
     views_dashboard,
+    views_metrics,
     views_profiles,
     views_queues,
     views_sets,
@@ -41,6 +42,7 @@ def routes() -> list[BaseRoute]:
     static = StaticFiles(directory=str(resources.files("wurk.web") / "static"))
     return [*views_dashboard.ROUTES, *views_queues.ROUTES, *views_sets.ROUTES,
             *views_busy.ROUTES, *views_swarms.ROUTES, *views_profiles.ROUTES,
+            *views_metrics.ROUTES,
             Mount("/static", app=static, name="static")]
 
 async def _http_error(request: Request, exc: Exception) -> Response:
