@@ -28,7 +28,9 @@ from wurk.web import (
     present,
     views_busy,
     views_dashboard,
+    views_locks,
     views_metrics,
+    views_periodic,
     views_profiles,
     views_queues,
     views_sets,
@@ -42,7 +44,7 @@ def routes() -> list[BaseRoute]:
     static = StaticFiles(directory=str(resources.files("wurk.web") / "static"))
     return [*views_dashboard.ROUTES, *views_queues.ROUTES, *views_sets.ROUTES,
             *views_busy.ROUTES, *views_swarms.ROUTES, *views_profiles.ROUTES,
-            *views_metrics.ROUTES,
+            *views_metrics.ROUTES, *views_periodic.ROUTES, *views_locks.ROUTES,
             Mount("/static", app=static, name="static")]
 
 async def _http_error(request: Request, exc: Exception) -> Response:
