@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import redis
 from starlette.testclient import TestClient
-from webfeatures import seed_features
+from webfeatures import seed_features, spool_file
 
 import wurk.web
 from wurk.settings.config import Config
@@ -91,7 +91,8 @@ def test_release_a_unique_lock(web: TestClient, r: redis.Redis) -> None:
 def test_read_only_shows_no_buttons_and_refuses(config: Config, seeded: Any,
                                                 r: redis.Redis) -> None:
     with TestClient(wurk.web.app(config, read_only=True)) as client:
-        for path in ("/periodic", "/periodic/nightly-report", "/limiters", "/unique"):
+        spool_file(config, 1)
+        for path in ("/periodic", "/periodic/nightly-report", "/limiters", "/unique", "/spool"):
             page = client.get(path)
             assert page.status_code == 200 and 'method="post"' not in page.text
         client.get("/")
@@ -114,3 +115,38 @@ def test_garbage_and_html_in_redis_render_escaped(web: TestClient, r: redis.Redi
         assert "<img src=x" not in page.text and "<svg" not in page.text
         assert "<script>alert" not in page.text and "<b>K</b>" not in page.text
     assert web.get("/periodic/" + "%3Cimg%20src%3Dx%20onerror%3Dalert(1)%3E").status_code == 200
+
+
+def test_spool_lists_shows_pushes_and_discards(config: Config, web: TestClient,
+                                               r: redis.Redis) -> None:
+    assert "The spool is empty." in web.get("/spool").text
+    first = spool_file(config, 3)
+    second = spool_file(config, 2, klass="Refund")
+    elsewhere = spool_file(config, 1, target="redis://other:6379/0")
+    page = web.get("/spool")
+    assert first.name in page.text and "another Redis" in page.text
+    assert "machine running this dashboard" in page.text
+    detail = web.get(f"/spool/{second.name}")
+    assert "Refund" in detail.text and "&lt;b&gt;bold&lt;/b&gt;" in detail.text
+    assert "<b>bold</b>" not in detail.text
+    csrf = token(web, "/spool")
+    before = r.llen("queue:default")
+    page = web.post("/spool/discard", data={"csrf": csrf, "file": second.name})
+    assert "Spool file discarded." in page.text and not second.exists()
+    assert r.llen("queue:default") == before
+    page = web.post("/spool/push", data={"csrf": csrf})
+    assert "Spool pushed: 3 jobs." in page.text
+    assert r.llen("queue:default") == before + 3 and not first.exists()
+    assert elsewhere.exists()  # written for another Redis: left for its own workers
+    for bad in ("../../etc/passwd", "nope.spool", ""):
+        assert web.post("/spool/discard",
+                        data={"csrf": csrf, "file": bad}).status_code in (400, 404)
+    assert web.get("/spool/nope.spool").status_code == 404
+
+
+def test_a_bad_spool_file_shows_its_flaw(config: Config, web: TestClient) -> None:
+    path = spool_file(config, 1)
+    path.write_text('{"wurk_spool": 1}\nnot json\n')
+    assert web.get("/spool").status_code == 200
+    detail = web.get(f"/spool/{path.name}")
+    assert detail.status_code == 200 and 'class="error"' in detail.text

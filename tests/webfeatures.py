@@ -5,18 +5,22 @@ with a history of fires), three limiters (a concurrent one with a holder, a
 window and a garbage one), unique locks (real unique pushes to the queue
 ``feeds``), and two hours of per-class metrics written as Ruby Sidekiq 7
 writes them (``ruby7_metrics``), so every page has something to show.
+``spool_file`` writes a spool file as an exiting process would.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import secrets
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import wurk
 import wurk.limiter
+from wurk.push import spool
 from wurk.push.periodic import make_entry
 from wurk.redis.pools import pool_for
 from wurk.runtime.periodic_guard import register
@@ -76,3 +80,17 @@ def seed_features(config: Config) -> dict[str, Any]:
                          "unique_for": 3600}) for n in (1, 2, 3)]
     seed_metrics(config)
     return {"permit": permit, "unique_jids": jids}
+
+
+def spool_file(config: Config, count: int, *, target: str | None = None,
+               klass: str = "ChargeCard") -> Path:
+    """A spool file as a process that exited with Redis away writes it."""
+    entries = []
+    for n in range(count):
+        jid = secrets.token_hex(12)
+        job = {"class": klass, "queue": "default", "args": [n, "<b>bold</b>"], "jid": jid,
+               "created_at": time.time(), "retry": True}
+        entries.append(spool.SpoolEntry(secrets.token_hex(8), jid, "default", None,
+                                         json.dumps(job)))
+    return spool.write_spool(spool.spool_dir(config), target or spool.target_of(config),
+                             entries)

@@ -34,6 +34,7 @@ from wurk.web import (
     views_profiles,
     views_queues,
     views_sets,
+    views_spool,
     views_swarms,
 )
 from wurk.web.security import Guard
@@ -45,6 +46,7 @@ def routes() -> list[BaseRoute]:
     return [*views_dashboard.ROUTES, *views_queues.ROUTES, *views_sets.ROUTES,
             *views_busy.ROUTES, *views_swarms.ROUTES, *views_profiles.ROUTES,
             *views_metrics.ROUTES, *views_periodic.ROUTES, *views_locks.ROUTES,
+            *views_spool.ROUTES,
             Mount("/static", app=static, name="static")]
 
 async def _http_error(request: Request, exc: Exception) -> Response:

@@ -34,7 +34,8 @@ NAV = (("dashboard", "Dashboard", "/"), ("busy", "Busy", "/busy"),
        ("retries", "Retries", "/retries"), ("scheduled", "Scheduled", "/scheduled"),
        ("dead", "Dead", "/dead"), ("metrics", "Metrics", "/metrics"),
        ("periodic", "Periodic", "/periodic"), ("limiters", "Limiters", "/limiters"),
-       ("unique", "Unique", "/unique"), ("profiles", "Profiles", "/profiles"))
+       ("unique", "Unique", "/unique"), ("spool", "Spool", "/spool"),
+       ("profiles", "Profiles", "/profiles"))
 
 View = Callable[..., Response]
 
