@@ -70,6 +70,8 @@ def test_reset_a_limiter_needs_its_name(web: TestClient, r: redis.Redis) -> None
     page = web.post("/limiters/stripe-api/reset", data={"csrf": csrf, "confirm": "stripe-api"})
     assert "Limiter reset" in page.text and r.zcard("lmtr-cs:stripe-api") == 0
     assert r.sismember("lmtr-list", "stripe-api")
+    page = web.post("/limiters/broken/reset", data={"csrf": csrf, "confirm": "broken"})
+    assert page.status_code == 409 and "cannot be read" in page.text
     assert web.post("/limiters/nope/reset",
                     data={"csrf": csrf, "confirm": "nope"}).status_code == 404
 

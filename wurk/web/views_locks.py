@@ -5,7 +5,8 @@ Duties:
    wurk's and Sidekiq Enterprise's) with kind, limit, what is in use now
    and its options; one that cannot be read shows why.
 2. ``POST /limiters/{name}/reset`` (``confirm=<name>``, asked for first):
-   delete the limiter's holders and counts, keep it registered.
+   delete the limiter's holders and counts, keep it registered; one whose
+   description cannot be read is refused (409), never guessed at.
 3. ``GET /unique``: the unique-job locks (:class:`wurk.api.UniqueLocks`, a
    bounded SCAN of ``unique:*``, at most :data:`LOCKS` shown) with holder
    jid and time left.
@@ -17,6 +18,8 @@ from __future__ import annotations
 
 import json
 
+import redis.exceptions as rx
+
 from starlette.datastructures import FormData
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -25,6 +28,7 @@ from starlette.routing import Route
 
 from wurk.api.limiters import LimiterSet, UnknownLimiterError
 from wurk.api.unique import UniqueLocks
+from wurk.limiter.policy import LimiterArgumentError
 from wurk.web.site import Site, action, page, redirect
 
 LOCKS = 200
@@ -48,6 +52,10 @@ def reset_limiter(request: Request, site: Site, form: FormData) -> Response:
         LimiterSet(config=site.config).reset(name)
     except UnknownLimiterError:
         raise HTTPException(404, "no limiter of that name is registered") from None
+    except (rx.ResponseError, LimiterArgumentError, KeyError, TypeError, ValueError) as exc:
+        # Its meta hash is garbage: which keys are its state cannot be known.
+        raise HTTPException(409, f"limiter {name!r:.80} cannot be read, so not reset: "
+                                 f"{type(exc).__name__}: {exc}"[:300]) from None
     return redirect(request, "/limiters", done="limiter-reset")
 
 
