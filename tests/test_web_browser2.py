@@ -9,6 +9,9 @@ page and Redis.
 
 from __future__ import annotations
 
+import os
+import re
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +21,7 @@ from webfeatures import seed_features, spool_file
 from webstack import Stack, chromium, wait_until
 
 import wurk
+import wurk.api
 from wurk.settings.config import Config
 
 CHROMIUM = chromium()
@@ -187,3 +191,35 @@ def test_phone_width_with_the_longer_menu(browser: Any, stack: Stack) -> None:
         page.goto(stack.url + path)
         assert page.evaluate("document.documentElement.scrollWidth") <= 390, path
     context.close()
+
+
+def _slot_children(page: Any) -> list[tuple[int, str]]:
+    """(pid, restarts) of each child row on a fresh Swarms page."""
+    page.reload()
+    rows = page.locator("tbody tr").all()
+    found = []
+    for row in rows:
+        cells = row.locator("td").all_inner_texts()
+        pid = re.search(r"pid (\d+)", " ".join(cells))
+        if pid:
+            found.append((int(pid.group(1)), cells[-1].strip()))
+    return found
+
+
+def test_swarm_scales_one_slot_and_counts_restarts(page: Any, stack: Stack) -> None:
+    r = stack.client()
+    page.goto(stack.url + "/swarms")
+    wait_until(lambda: len(_slot_children(page)) == 2)
+    page.get_by_role("button", name="One more child in slot slow").click()
+    assert "one more child in that slot" in page.locator(".flash").inner_text()
+    [identity] = r.smembers("wurk:swarms")
+    wait_until(lambda: len(_slot_children(page)) == 3, timeout=30)
+    assert wurk.api.SwarmSet(config=stack.config).get(identity).slots == {"slow": 3}
+    victim, restarts = _slot_children(page)[-1]
+    assert restarts == "0"
+    os.kill(victim, signal.SIGKILL)
+    wait_until(lambda: (now := _slot_children(page)) and len(now) == 3
+               and victim not in [p for p, _ in now] and "1" in [n for _, n in now],
+               timeout=40)
+    page.get_by_role("button", name="One fewer child in slot slow").click()
+    wait_until(lambda: len(_slot_children(page)) == 2, timeout=30)

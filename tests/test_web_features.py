@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from starlette.testclient import TestClient
 from webfeatures import seed_features, spool_file
 
 import wurk.web
+from supervisor.remote import RemoteControl, SwarmSnapshot
 from wurk.settings.config import Config
 
 
@@ -152,3 +154,23 @@ def test_a_bad_spool_file_shows_its_flaw(config: Config, web: TestClient) -> Non
     assert web.get("/spool").status_code == 200
     detail = web.get(f"/spool/{path.name}")
     assert detail.status_code == 200 and 'class="error"' in detail.text
+
+
+def test_scale_one_slot_and_restarts_on_the_swarms_page(config: Config, web: TestClient,
+                                                        r: redis.Redis) -> None:
+    control = RemoteControl(config, Path("t.toml"), lambda name: None)
+    control.refresh(SwarmSnapshot({"alpha": 2, "beta": 1}, [], "running",
+                                  {"alpha": {"1": 3}}))
+    page = web.get("/swarms")
+    assert 'aria-label="One more child in slot alpha"' in page.text
+    csrf = token(web, "/swarms")
+    signals = f"{control.identity}-signals"
+    page = web.post("/swarms/more", data={"csrf": csrf, "identity": control.identity,
+                                          "slot": "alpha"})
+    assert "one more child in that slot" in page.text
+    web.post("/swarms/fewer", data={"csrf": csrf, "identity": control.identity, "slot": "beta"})
+    web.post("/swarms/more", data={"csrf": csrf, "identity": control.identity})
+    assert r.lrange(signals, 0, -1) == ["TTIN", "TTOU:beta", "TTIN:alpha"]
+    assert web.post("/swarms/more", data={"csrf": csrf, "identity": control.identity,
+                                          "slot": "gamma"}).status_code == 404
+    assert r.llen(signals) == 3

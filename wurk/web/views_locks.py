@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 
 import redis.exceptions as rx
-
 from starlette.datastructures import FormData
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
