@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -193,3 +194,28 @@ def test_sidekiq_6_processes_are_named_as_not_recording(config: Config,
     ruby_process(config)
     page = web.get("/metrics").text
     assert "ruby-host:4242" in page and "Sidekiq 6.x, which records no metrics" in page
+
+
+def test_a_flush_that_never_reached_redis_keeps_its_figures(config: Config) -> None:
+    """Redis away at the beat: the figures wait for the next one (given back)."""
+    from conftest import free_port
+
+    from wurk.redis.pools import close_pool
+    from wurk.runtime.heartbeat import Heartbeat
+    from wurk.runtime.inflight import Counters, InFlightTable
+    from wurk.settings.queues import parse_queues
+
+    away = dataclasses.replace(config, redis_url=f"redis://127.0.0.1:{free_port()}/0",
+                               redis_connect_timeout=0.2)
+    counters = Counters()
+    beat = Heartbeat(away, parse_queues(["default"]), counters=counters,
+                     in_flight=InFlightTable(), on_signal=lambda name: None)
+    counters.classes.record("Kept", 12, failed=False)
+    counters.classes.record("x" * 5000, 12, failed=False)  # too long a name: not recorded
+    try:
+        with pytest.raises(redis.ConnectionError):
+            beat._flush_classes()
+    finally:
+        close_pool(away)
+    taken = counters.classes.take()
+    assert list(taken) == ["Kept"] and taken["Kept"].processed == 1

@@ -27,13 +27,18 @@ from datetime import UTC, datetime
 import redis.exceptions as rx
 
 from wurk.api.common import hash_items, resolve, text
-from wurk.observe.class_metrics import LABELS, SLOTS, histogram_key, minute_key
+from wurk.observe.class_metrics import (
+    LABELS,
+    MAX_CLASS,
+    SLOTS,
+    histogram_key,
+    minute_key,
+)
 from wurk.redis.pools import pool_for
 from wurk.settings.config import Config
 
 HOURS = (1, 2, 4, 8)
 MAX_HOURS = 8  # the keys live 8 hours
-MAX_CLASS = 1024
 SUFFIXES = {"p": "processed", "f": "failed", "ms": "ms"}
 _GETS = [x for i in range(SLOTS) for x in ("GET", "u16", f"#{i}")]
 
@@ -137,4 +142,4 @@ class ClassMetricsQuery:
         return series
 
 
-__all__ = ["HOURS", "ClassMetricsQuery", "ClassSeries", "ClassTotals"]
+__all__ = ["HOURS", "MAX_CLASS", "ClassMetricsQuery", "ClassSeries", "ClassTotals"]

@@ -53,6 +53,9 @@ LABELS = ("20ms", "30ms", "45ms", "65ms", "100ms", "150ms", "225ms", "335ms", "5
           "45s", "65s", "100s", "150s", "225s", "335s", "Slow")
 SLOTS = len(LABELS)
 U16_MAX = 65535
+# A class name is whatever a payload says: a longer one is not recorded
+# (it would cost a field that size in every minute's hash).
+MAX_CLASS = 1024
 
 
 def minute_key(at: datetime) -> str:
@@ -88,6 +91,8 @@ class ClassMetrics:
         self._classes: Taken = {}
 
     def record(self, cls: str, ms: float, *, failed: bool) -> None:
+        if len(cls) > MAX_CLASS:
+            return
         with self._lock:
             counts = self._classes.get(cls)
             if counts is None:

@@ -3,7 +3,7 @@
 Duties, every ``heartbeat_interval`` seconds (and once at start):
 1. Flush processed/failed counts to ``stat:*`` and the per-day keys; then,
    in one more pipeline, the per-class figures in Sidekiq 7's metrics keys
-   (:mod:`wurk.observe.class_metrics`), given back if never sent.
+   (:mod:`wurk.observe.class_metrics`), one try, given back if never sent.
 2. Publish the in-flight jobs hash under both names Sidekiq reads
    (``<id>:workers`` for 6.4, ``<id>:work`` for 6.5+), with a 60 s TTL.
    A flush Redis refused (at maxmemory) keeps its counts for the next
@@ -201,7 +201,7 @@ class Heartbeat:
             return
         try:
             replies = pool_for(self.config).run(
-                lambda c: c.pipeline(commands, raise_on_error=False))
+                lambda c: c.pipeline(commands, raise_on_error=False), attempts=1)
         except Exception as exc:
             if unapplied(exc):
                 self.counters.classes.give_back(taken)
