@@ -23,6 +23,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 import redis.exceptions as rx
 
@@ -56,9 +57,6 @@ class ClassTotals:
         done = self.processed - self.failed
         return self.ms / done if done > 0 else 0.0
 
-    def add(self, suffix: str, value: int) -> None:
-        setattr(self, SUFFIXES[suffix], getattr(self, SUFFIXES[suffix]) + value)
-
 
 @dataclass
 class ClassSeries:
@@ -80,10 +78,18 @@ class ClassSeries:
 def count(value: object) -> int | None:
     """A counter read from Redis, or None when it is no non-negative integer."""
     try:
-        number = int(text(value))
-    except ValueError:
+        number = int(value)  # type: ignore[call-overload]
+    except (TypeError, ValueError):
         return None
     return number if number >= 0 else None
+
+
+def _target(raw_field: Any) -> tuple[str, str] | None:
+    """The class and counter a ``Class|p`` field adds to; None for a field of no use."""
+    name, _, suffix = text(raw_field).rpartition("|")
+    if not name or suffix not in SUFFIXES:
+        return None
+    return name, SUFFIXES[suffix]
 
 
 def minutes_back(hours: int, now: float | None = None) -> list[datetime]:
@@ -107,15 +113,19 @@ class ClassMetricsQuery:
             [("HGETALL", minute_key(m)) for m in minutes], raise_on_error=False),
             idempotent=True)
         found: dict[str, ClassTotals] = {}
+        # The same few fields come back every minute: each is parsed once.
+        parsed: dict[Any, tuple[str, str] | None] = {}
         for reply in replies:
             if isinstance(reply, rx.ResponseError):
                 continue
             for raw_field, raw_value in hash_items(reply):
-                name, _, suffix = text(raw_field).rpartition("|")
-                value = count(raw_value)
-                if not name or suffix not in SUFFIXES or value is None:
-                    continue
-                found.setdefault(name, ClassTotals(name)).add(suffix, value)
+                if raw_field not in parsed:
+                    parsed[raw_field] = _target(raw_field)
+                target, value = parsed[raw_field], count(raw_value)
+                if target is not None and value is not None:
+                    name, attr = target
+                    totals = found.get(name) or found.setdefault(name, ClassTotals(name))
+                    setattr(totals, attr, getattr(totals, attr) + value)
         return sorted(found.values(), key=lambda t: (-t.processed, t.name))
 
     def for_class(self, name: str, hours: int = 1, now: float | None = None) -> ClassSeries:
