@@ -11,7 +11,8 @@ Duties, in order, for each job:
 3. Run it inside the server middleware chain, timing it and logging one line
    at start and one at the end; under cProfile when the payload asks for a
    profile (``wurk.observe.profiler``), and timed and counted while metrics are on
-   (``wurk.observe.metrics``). With both off the run path is unchanged. Whatever the
+   (``wurk.observe.metrics``) and per class (``wurk.observe.class_metrics``,
+   ``class_metrics``). With all off the run path is unchanged. Whatever the
    job or its middleware raises, ``SystemExit`` and ``KeyboardInterrupt``
    included, is the job's failure: nothing a job does ends the thread.
    A job with a ``timeout`` or ``hard_timeout`` runs under the process's
