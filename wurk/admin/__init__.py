@@ -30,7 +30,7 @@ Modules: ``registry`` (commands as data, the context they run with),
 ``jobsets`` (the three sorted sets), ``control`` (pause and signals),
 ``profiles`` (job profiles), ``spool`` (pushes spooled at exit),
 ``limiters`` (rate and concurrency limiters), ``unique`` (the locks of
-unique jobs).
+unique jobs), ``batches`` (batches and their failures).
 
 Adding a command: write ``wurk/admin/<name>.py``
 with a ``COMMANDS`` tuple of :class:`AdminCommand` (name, help, a
@@ -48,7 +48,17 @@ from typing import Any, TextIO
 
 import redis.exceptions as rx
 
-from wurk.admin import control, jobsets, limiters, overview, periodic, profiles, spool, unique
+from wurk.admin import (
+    batches,
+    control,
+    jobsets,
+    limiters,
+    overview,
+    periodic,
+    profiles,
+    spool,
+    unique,
+)
 from wurk.admin.registry import (
     AdminCommand,
     CommandError,
@@ -72,7 +82,7 @@ MAX_ATTEMPTS = 2
 
 REGISTRY = Registry(*overview.COMMANDS, *jobsets.COMMANDS, *control.COMMANDS,
                     *profiles.COMMANDS, *spool.COMMANDS, *periodic.COMMANDS,
-                    *limiters.COMMANDS, *unique.COMMANDS)
+                    *limiters.COMMANDS, *unique.COMMANDS, *batches.COMMANDS)
 
 # Failures that name what was missing or refused; their message is the whole story.
 NAMED_FAILURES = (CommandError, UnknownQueueError, UnknownProcessError, JobNotFoundError,

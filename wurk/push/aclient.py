@@ -27,17 +27,24 @@ Duties:
 6. One default client per running event loop (:meth:`AsyncClient.default`).
 7. At start, have what earlier processes left in the spool pushed in the
    background (a thread, as the sync client does), unless told not to.
+8. A push a middleware deferred (``wurk.push.middleware.defer``) returns its
+   jid; its resume, called later from any thread (Django's ``on_commit``),
+   pushes it on this client's loop (:meth:`AsyncClient._resumer`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextvars
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from wurk.core.logging import get_logger
+from wurk.core.threads import describe
 from wurk.push import middleware, prepare
 from wurk.push.abuffered import AsyncPushBuffer
 from wurk.push.buffered import PendingPush
@@ -53,6 +60,8 @@ from wurk.settings.hooks import ClientMiddleware
 if TYPE_CHECKING:
     from wurk.push.options import JobOptions
     from wurk.redis.pool import RedisPool
+
+log = get_logger("wurk.client")
 
 
 class AsyncClient:
@@ -110,21 +119,22 @@ class AsyncClient:
 
     async def push(self, item: Mapping[str, Any]) -> str | None:
         """Push one job, as :meth:`wurk.Client.push`: the jid, or None when a
-        client middleware (or the unique lock) stopped it."""
+        client middleware (or the unique lock) stopped it; a deferred push's jid."""
         now = time.time()
         prepared = self._through_middleware(self._normalise(item, now), now)
-        if prepared is None:
-            return None
-        return jids[0] if (jids := await self._admit_and_write([prepared])) else None
+        if not isinstance(prepared, tuple):
+            return prepared  # None (stopped) or the jid of a deferred push
+        return str(prepared[0]["jid"]) if await self._admit_and_write([prepared]) else None
 
     async def push_bulk(self, item: Mapping[str, Any]) -> list[str]:
         """Push many jobs of one class, as :meth:`wurk.Client.push_bulk`."""
         now = time.time()
         jids: list[str] = []
         for items in prepare.bulk_slices(item, now, self.config.timestamps):
-            batch = [p for one in items
-                     if (p := self._through_middleware(self._normalise(one, now), now))]
-            jids += await self._admit_and_write(batch)
+            bulk = prepare.BulkSlice()
+            for one in items:
+                bulk.add(self._through_middleware(self._normalise(one, now), now))
+            jids += bulk.jids(await self._admit_and_write(bulk.batch))
             # A thousand jobs of CPU work: let the loop's other tasks run between slices.
             await asyncio.sleep(0)
         return jids
@@ -135,14 +145,47 @@ class AsyncClient:
     def _sync_pool(self) -> RedisPool:
         return pool_for(self.config)
 
-    def _through_middleware(self, prepared: Prepared, now: float) -> Prepared | None:
+    def _through_middleware(self, prepared: Prepared, now: float) -> Prepared | str | None:
         chain = self.config.client_middleware if self._middleware is None else self._middleware
         # The chain is sync, and gets the sync pool: a middleware that uses it blocks the loop.
         return prepare.through_middleware(chain, prepared, now, self.config.timestamps,
-                                          self._sync_pool() if chain else None)
+                                          self._sync_pool() if chain else None,
+                                          resume=self._resumer(asyncio.get_running_loop()))
 
-    async def _admit_and_write(self, batch: list[Prepared]) -> list[str]:
-        """The built-in steps, then the write; what the steps took is given back on failure."""
+    def _resumer(self, loop: asyncio.AbstractEventLoop) -> Callable[[dict[str, Any]], object]:
+        """The resume of a deferred push: a sync call that pushes the payload on
+        ``loop`` (this client's pool lives there), in the caller's context.
+        From another thread it waits for the push and returns its jid (or
+        raises what the push raised); on the loop's own thread it cannot wait,
+        so it returns the push's task, whose failure is logged."""
+
+        def resume(payload: dict[str, Any]) -> object:
+            context = contextvars.copy_context()
+            try:
+                on_loop = asyncio.get_running_loop() is loop
+            except RuntimeError:
+                on_loop = False
+            if on_loop:
+                task = loop.create_task(self.push(payload), context=context)
+                task.add_done_callback(_log_failure)
+                return task
+            if loop.is_closed():
+                raise RuntimeError(f"deferred push of {payload.get('jid')}: the AsyncClient's "
+                                   "event loop is closed; nothing was written")
+            done: concurrent.futures.Future[str | None] = concurrent.futures.Future()
+
+            def start() -> None:
+                loop.create_task(self.push(payload)).add_done_callback(
+                    lambda task: _settle(task, done))
+
+            loop.call_soon_threadsafe(start, context=context)
+            return done.result()
+
+        return resume
+
+    async def _admit_and_write(self, batch: list[Prepared]) -> list[Prepared]:
+        """The built-in steps, then the write; what the steps took is given back on
+        failure. Returns the payloads written."""
         admitted: list[Prepared] = []
         try:
             admitted = await middleware.aadmit(batch, self.pool, self._sync_pool)
@@ -152,7 +195,7 @@ class AsyncClient:
             await middleware.aunwritten((p for p, _ in admitted or batch), self.pool,
                                         self._sync_pool)
             raise
-        return [str(p["jid"]) for p, _ in admitted]
+        return admitted
 
     # -- writing -----------------------------------------------------------
     async def _write(self, content: ConfirmedPush) -> None:
@@ -187,3 +230,17 @@ class AsyncClient:
 
 _defaults: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncClient] = (
     weakref.WeakKeyDictionary())
+
+
+def _settle(task: asyncio.Task[str | None], done: concurrent.futures.Future[str | None]) -> None:
+    if task.cancelled():
+        done.cancel()
+    elif (exc := task.exception()) is not None:
+        done.set_exception(exc)
+    else:
+        done.set_result(task.result())
+
+
+def _log_failure(task: asyncio.Task[str | None]) -> None:
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        log.error("client.deferred_push_failed", error=describe(exc))

@@ -97,12 +97,12 @@ class Client:
         """Push one job. ``item`` needs ``class`` and ``args``; ``at`` schedules it.
 
         Unknown keys are kept. Returns the jid, or None when a client
-        middleware stopped the push.
+        middleware stopped the push (one that deferred it gives the jid).
         """
         now = time.time()
         prepared = self._through_middleware(self.normalise(item, now), now)
-        if prepared is None:
-            return None
+        if not isinstance(prepared, tuple):
+            return prepared  # None (stopped) or the jid of a deferred push
         try:
             if not middleware.admit([prepared], lambda: self.pool):
                 return None
@@ -123,29 +123,28 @@ class Client:
         now = time.time()
         jids: list[str] = []
         for items in prepare.bulk_slices(item, now, self.config.timestamps):
+            bulk = prepare.BulkSlice()
             batch: list[Prepared] = []
             try:
                 for one in items:
-                    prepared = self._through_middleware(self.normalise(one, now), now)
-                    if prepared is not None:
-                        batch.append(prepared)
-                batch = middleware.admit(batch, lambda: self.pool)
+                    bulk.add(self._through_middleware(self.normalise(one, now), now))
+                batch = middleware.admit(bulk.batch, lambda: self.pool)
                 if batch:
                     self._write_mixed(batch)
             except BaseException:
-                middleware.unwritten((p for p, _ in batch), self.pool)
+                middleware.unwritten((p for p, _ in batch or bulk.batch), self.pool)
                 raise
-            jids.extend(str(p["jid"]) for p, _ in batch)
+            jids.extend(bulk.jids(batch))
         return jids
 
     # -- building payloads ----------------------------------------------
     def normalise(self, item: Mapping[str, Any], now: float) -> Prepared:
         return prepare.normalise(item, now, self.config.timestamps)
 
-    def _through_middleware(self, prepared: Prepared, now: float) -> Prepared | None:
+    def _through_middleware(self, prepared: Prepared, now: float) -> Prepared | str | None:
         chain = self.config.client_middleware if self._middleware is None else self._middleware
         return prepare.through_middleware(chain, prepared, now, self.config.timestamps,
-                                          self.pool)
+                                          self.pool, resume=self.push)
 
     # -- writing ----------------------------------------------------------
     def _write_mixed(self, batch: Sequence[Prepared]) -> None:

@@ -13,8 +13,8 @@ in here rather than special-casing the client.
 
 Duties:
 1. Run ``config.client_middleware`` around one payload, first one outermost.
-2. Say whether the push goes ahead: only when every middleware called
-   ``call_next()``, down to the end of the chain.
+2. Say whether the push goes ahead (every middleware called ``call_next()``,
+   down to the end of the chain), stopped, or deferred (:func:`run`).
 3. ``admit``: after the chain, just before the write, run wurk's built-in
    steps on the payloads about to be written (one push, or a bulk batch of up
    to a thousand), each only on the payloads that carry its field (unique
@@ -34,13 +34,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from wurk.core.logging import get_logger
 from wurk.core.threads import describe
-from wurk.push import unique
+from wurk.push import batch_step, unique
 from wurk.settings.hooks import ClientMiddleware
+from wurk.wire.batch import FIELD as BATCH_FIELD
 from wurk.wire.unique import FOR as UNIQUE_FOR
 
 log = get_logger("wurk.client")
@@ -59,9 +61,56 @@ class BuiltIn:
 
 
 # Run after the application's chain, so the lock is taken on the arguments as
-# they will be written, just before the write.
+# they will be written, just before the write. A batch counts its jobs last,
+# so a duplicate the unique step refused is never counted. The batch step has
+# no async form: the asyncio client runs it on a worker thread.
 BUILT_IN: tuple[BuiltIn, ...] = (
-    BuiltIn(UNIQUE_FOR, unique.admit, unique.give_back, unique.aadmit, unique.agive_back),)
+    BuiltIn(UNIQUE_FOR, unique.admit, unique.give_back, unique.aadmit, unique.agive_back),
+    BuiltIn(BATCH_FIELD, batch_step.admit, batch_step.give_back),
+)
+
+
+Outcome = Literal["write", "stop", "defer"]
+
+
+@dataclass
+class _Deferral:
+    resume: Callable[[], object]
+    taken: bool = False
+
+
+# The push whose chain is running in this thread or task (a job pushed from a
+# middleware has its own, restored when that inner push returns).
+_deferral: ContextVar[_Deferral | None] = ContextVar("wurk_push_deferral", default=None)
+
+
+def defer() -> Callable[[], object]:
+    """For a middleware about to return without ``call_next()`` because the job
+    must be written later: the push under way then returns the payload's jid
+    (allocated before the chain ran) rather than None. Returns the function
+    that pushes the payload later through the same client, and through the
+    whole chain again, so the deferring middleware must let that pass through.
+    """
+    current = _deferral.get()
+    if current is None:
+        raise RuntimeError("wurk.push.middleware.defer() is for a client middleware, "
+                           "during a push")
+    current.taken = True
+    return current.resume
+
+
+def run(chain: Sequence[ClientMiddleware], payload: dict[str, Any], redis: Any,
+        resume: Callable[[], object]) -> Outcome:
+    """Run ``payload`` through ``chain``: write it now, stop, or (a middleware
+    called :func:`defer`) leave it to ``resume``, called later."""
+    deferral = _Deferral(resume)
+    token = _deferral.set(deferral)
+    try:
+        if invoke(chain, payload, redis):
+            return "write"
+        return "defer" if deferral.taken else "stop"
+    finally:
+        _deferral.reset(token)
 
 
 def invoke(chain: Sequence[ClientMiddleware], payload: dict[str, Any], redis: Any) -> bool:

@@ -8,7 +8,8 @@ Duties:
 3. Check a ``push_bulk`` item whole before anything is written, and cut it
    into the per-job items of each thousand-job slice.
 4. Run the client middleware chain on a normalised payload and check again
-   what it returns.
+   what it returns; a push a middleware deferred gives its jid, and a bulk
+   slice keeps deferred jids in their place (:class:`BulkSlice`).
 5. Serialise a batch into the jobs of one push, and the commands of a plain
    (unconfirmed) write with its apply-safety: only a ZADD of exact members
    may be sent twice.
@@ -17,7 +18,7 @@ Duties:
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from wurk.push import middleware, signatures
@@ -82,16 +83,20 @@ def run_time(at: Any, now: float) -> float | None:
 
 
 def through_middleware(chain: Sequence[ClientMiddleware], prepared: Prepared, now: float,
-                       timestamps: str, redis: Any) -> Prepared | None:
+                       timestamps: str, redis: Any, *,
+                       resume: Callable[[dict[str, Any]], object]) -> Prepared | str | None:
     """Run the client middleware (if any) on a normalised payload: None when
-    one stopped the push, else the payload checked again as a push would be."""
+    one stopped the push, the jid when one deferred it (``middleware.defer``:
+    ``resume(payload)`` pushes it later), else the payload checked again as a
+    push would be."""
     if not chain:
         return prepared
     payload, run_at = prepared
     if run_at is not None:
         payload["at"] = run_at  # as Sidekiq's middleware sees a scheduled job
-    if not middleware.invoke(chain, payload, redis):
-        return None
+    outcome = middleware.run(chain, payload, redis, lambda: resume(payload))
+    if outcome != "write":
+        return str(payload["jid"]) if outcome == "defer" else None
     # A middleware may have changed anything, ``at`` and ``args`` included.
     return normalise(payload, now, timestamps)
 
@@ -125,6 +130,29 @@ def _slices(item: Mapping[str, Any], all_args: list[list[Any]], ats: Any,
             one.setdefault("created_at", created)
             items.append(one)
         yield items
+
+
+class BulkSlice:
+    """One bulk slice on its way: the payloads to write, and every jid in
+    item order, a deferred push's included (it is written later)."""
+
+    def __init__(self) -> None:
+        self.batch: list[Prepared] = []
+        self._order: list[str] = []
+        self._deferred: set[str] = set()
+
+    def add(self, routed: Prepared | str | None) -> None:
+        if isinstance(routed, tuple):
+            self.batch.append(routed)
+            self._order.append(str(routed[0]["jid"]))
+        elif routed is not None:
+            self._order.append(routed)
+            self._deferred.add(routed)
+
+    def jids(self, written: Sequence[Prepared]) -> list[str]:
+        """The slice's jids in order: those written (``written``) and the deferred."""
+        kept = self._deferred | {str(p["jid"]) for p, _ in written}
+        return [jid for jid in self._order if jid in kept]
 
 
 def as_push(batch: Sequence[Prepared]) -> ConfirmedPush:

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from wurk.core import threads
 from wurk.core.logging import get_logger
-from wurk.runtime import settle, unique
+from wurk.runtime import batch, results, settle, unique
 from wurk.runtime.time_limits import JobTimeout, Limits
 from wurk.runtime.work import Settlement
 from wurk.wire.payload import dumps, loads_job
@@ -230,13 +230,20 @@ class JobTimer:
     def _settle_overrun(self, run: Run, failure: JobTimeout) -> None:
         try:
             settlement = self._plan(run, failure)
+            job = _readable(run.work.raw)
+            if job is not None:  # told before the settle, as the processor tells them
+                if results.TTL in job:
+                    results.failed(self.config, job, failure, settlement.outcome,
+                                   self._stopped.wait)
+                batch.failed(self.config, job, failure, settlement.outcome, self._stopped.wait)
             done = settle.until_settled(self.config, self.fetch, run.work, settlement,
                                         jid=run.jid, abandoned=self._stopped.wait)
             if done:
                 self.counters.record(failed=True)
                 log.info(f"job.{settlement.outcome}", jid=run.jid, queue=run.work.queue,
                          error="JobTimeout")
-                unique.finished(self.config, loads_job(run.work.raw), settlement.outcome)
+                if job is not None:
+                    unique.finished(self.config, job, settlement.outcome)
                 self._note(b"-" + dumps([run.jid]).encode() + b"\n")
         except BaseException as exc:  # noqa: BLE001 - the copy stays in the private list
             log.error("job_timer.error", jid=run.jid, error=threads.describe(exc))
@@ -277,3 +284,10 @@ class JobTimer:
     def _note(self, line: bytes) -> None:
         if self._notes is not None:
             self._notes(line)
+
+
+def _readable(raw: bytes) -> dict[str, Any] | None:
+    try:
+        return loads_job(raw)
+    except Exception:  # noqa: BLE001 - _plan already sends an unreadable payload to dead
+        return None
