@@ -27,6 +27,7 @@ from wurk.push.client import BULK_BATCH, Client
 from wurk.push.job import JobFunction
 from wurk.redis.pool import RedisPool
 from wurk.settings.config import Config
+from wurk.wire import batch as batch_wire
 from wurk.wire.payload import ArgumentError
 from wurk.wire.unique import FOR
 
@@ -229,7 +230,8 @@ def test_class_jobs_have_the_awaitable_verbs(config: Config, r: redis.Redis) -> 
         jids = run(lambda _: asyncio.gather(
             Mailer.aperform_async("a"), Mailer.aperform_in(50, "b"),
             Mailer.aperform_at(at, "c"), Mailer.aperform_bulk([["d"], ["e"]])))
-        assert [p["args"] for p in queued(r, "mail")] == [["a"], ["d"], ["e"]]
+        # The coroutines race on separate connections: any order.
+        assert sorted(p["args"] for p in queued(r, "mail")) == [["a"], ["d"], ["e"]]
         assert len(scheduled(r)) == 2 and jids[0] is not None
     finally:
         wurk.registry.discard("t_aclient_mailer")
@@ -276,3 +278,95 @@ def test_a_built_in_step_with_no_async_form_runs_on_a_thread(
     assert run(lambda _: fn.aperform_async(1)) is None  # still deduplicated
     assert len(threads) == 2 and threading.main_thread().name not in threads
     assert len(queued(r)) == 1
+
+
+def test_time_results_and_batch_fields_match_the_sync_clients(
+        config: Config, r: redis.Redis, define: Define) -> None:
+    fn = define(job, expires_in=600, timeout=30, store_result=True, result_ttl=120)
+    fn.perform_async(1)
+    run(lambda _: fn.aperform_async(1))
+    sync, aio = queued(r)
+    same_payload({k: v for k, v in sync.items() if k != "expiry"},
+                 {k: v for k, v in aio.items() if k != "expiry"})
+    # Stamped from each push's own clock: the run time plus expires_in.
+    assert aio["expiry"] == pytest.approx(time.time() + 600, abs=5)
+    assert aio["result_ttl"] == 120 and sync["result_ttl"] == 120
+    r.delete("queue:default")
+    b = wurk.Batch()
+    item = {"class": "Batched", "args": [1]}
+    sync_jid = Client(config).push({**item, "bid": b.bid})
+    aio_jid = run(lambda client: client.push({**item, "bid": b.bid}))
+    sync, aio = queued(r)
+    same_payload(sync, aio)
+    counted = set(r.smembers(batch_wire.key(b.bid, batch_wire.PENDING)))
+    assert {sync_jid, aio_jid} <= counted  # the batch step ran for the async push too
+
+
+class Deferring:
+    """Keeps pushes until ``release``; lets through the ones it resumes."""
+
+    def __init__(self, only: int | None = None) -> None:
+        self.later: list[Callable[[], object]] = []
+        self.only = only  # defer just the job whose first argument is this
+        self.releasing = False
+
+    def __call__(self, job_class: str, payload: dict[str, Any], queue: str, redis: Any,
+                 call_next: Callable[[], Any]) -> None:
+        if self.releasing or (self.only is not None and payload["args"][0] != self.only):
+            call_next()
+            return
+        self.later.append(middleware.defer())
+
+
+def test_a_deferred_push_gives_its_jid_and_is_written_from_another_thread(
+        config: Config, r: redis.Redis) -> None:
+    deferring = Deferring()
+    seen: list[object] = []
+
+    async def push_then_release(client: wurk.AsyncClient) -> str | None:
+        jid = await client.push({"class": "Later", "args": [1]})
+        assert queued(r) == []
+        deferring.releasing = True
+        # As Django's on_commit would: a sync call on another thread.
+        await asyncio.to_thread(lambda: seen.append(deferring.later[0]()))
+        return jid
+
+    jid = run(push_then_release, config, middleware=[deferring])
+    assert seen == [jid] and [p["jid"] for p in queued(r)] == [jid]
+
+
+def test_a_deferred_push_resumed_on_the_loop_runs_as_a_task(
+        config: Config, r: redis.Redis) -> None:
+    deferring = Deferring()
+
+    async def push_then_release(client: wurk.AsyncClient) -> tuple[str | None, object]:
+        jid = await client.push({"class": "Later", "args": [1]})
+        deferring.releasing = True
+        task = deferring.later[0]()
+        assert isinstance(task, asyncio.Task)
+        return jid, await task
+
+    jid, written = run(push_then_release, config, middleware=[deferring])
+    assert written == jid and [p["jid"] for p in queued(r)] == [jid]
+
+
+def test_bulk_keeps_a_deferred_jid_in_its_place(config: Config, r: redis.Redis) -> None:
+    deferring = Deferring(only=2)
+
+    async def bulk(client: wurk.AsyncClient) -> list[str]:
+        return await client.push_bulk({"class": "Later", "args": [[1], [2], [3]]})
+
+    jids = run(bulk, config, middleware=[deferring])
+    written = {p["args"][0]: p["jid"] for p in queued(r)}
+    assert len(jids) == 3 and sorted(written) == [1, 3]
+    assert jids[0] == written[1] and jids[2] == written[3] and jids[1] not in written.values()
+
+
+def test_resuming_after_the_loop_closed_is_a_clear_error(config: Config, r: redis.Redis) -> None:
+    deferring = Deferring()
+    run(lambda client: client.push({"class": "Later", "args": [1]}), config,
+        middleware=[deferring])
+    deferring.releasing = True
+    with pytest.raises(RuntimeError, match="event loop is closed"):
+        deferring.later[0]()
+    assert queued(r) == []
