@@ -1,7 +1,8 @@
 """wurk: background jobs for Python on Sidekiq's Redis wire protocol.
 
 Define jobs with ``@wurk.job`` or ``wurk.Job``, enqueue them with
-``perform_async``, run them with ``wurk run`` or ``wurk-swarm``.
+``perform_async`` (``await job.aperform_async`` from async code), run them
+with ``wurk run`` or ``wurk-swarm``.
 ``wurk.result(jid)`` waits for the result of a job pushed with
 ``store_result=True``. ``wurk.leader()`` elects one process of a cluster for work only one may do.
 """
@@ -10,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from wurk import limiter, old_paths
 from wurk.limiter import OverLimit
+from wurk.push.aclient import AsyncClient
 from wurk.push.batch import Batch, BatchError
 from wurk.push.buffered import PushBufferFullError
 from wurk.push.client import Client
@@ -32,6 +34,7 @@ old_paths.install()
 
 __all__ = [
     "ArgumentError",
+    "AsyncClient",
     "Batch",
     "BatchError",
     "Client",
