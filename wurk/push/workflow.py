@@ -107,7 +107,8 @@ class Workflow:
         return read(client or Client.default(), wid)
 
     def __repr__(self) -> str:
-        return f"<wurk.Workflow {self.wid or '(not started)'} {len(self.definition['steps'])} steps>"
+        count = len(self.definition["steps"])
+        return f"<wurk.Workflow {self.wid or '(not started)'} {count} steps>"
 
 
 def load(client: Client, wid: str) -> dict[str, Any]:
@@ -133,7 +134,7 @@ def advance(status: Mapping[str, Any], wid: str, name: str, event: str) -> None:
     if name not in flow["steps"] or event not in ("success", "death"):
         raise WorkflowError(f"workflow {wid} has no step {name!r} (event {event!r})")
     error = _death_error(client, status) if event == "death" else None
-    _end(client, wid, flow, name, event, error)
+    _end(client, wid, flow, name, event, error=error)
 
 
 def _death_error(client: Client, status: Mapping[str, Any]) -> dict[str, Any]:
@@ -174,7 +175,7 @@ def _record(client: Client, wid: str, name: str, **fields: Any) -> None:
     client.pool.call("HSET", wire.key(wid, "steps"), name, dumps(record), idempotent=True)
 
 
-def _end(client: Client, wid: str, flow: dict[str, Any], name: str, outcome: str,
+def _end(client: Client, wid: str, flow: dict[str, Any], name: str, outcome: str, *,
          error: dict[str, Any] | None) -> None:
     steps = flow["steps"]
     after = successors(steps)[name]
@@ -203,14 +204,15 @@ def _launch(client: Client, wid: str, flow: dict[str, Any], name: str) -> None:
     jids = _jids(client, wid, name, len(body["args"]))
     first, error = (_inputs(client, wid, flow, name) if body["results"] else (None, None))
     if error is not None:
-        _end(client, wid, flow, name, "death", error)
+        _end(client, wid, flow, name, "death", error=error)
         return
     bid = f"{wid}.{list(steps).index(name)}"
-    callbacks = {f"on_{event}": (wire.ADVANCE, [wid, name, event]) for event in ("success", "death")}
     try:
         step_batch = Batch(f"workflow {wid} step {name}", parent=wid, client=client,
+                           on_success=(wire.ADVANCE, [wid, name, "success"]),
+                           on_death=(wire.ADVANCE, [wid, name, "death"]),
                            callback_queue=flow["queue"], workflow={"wid": wid, "step": name},
-                           _fixed=(bid, wire.STEP_HOLD), **callbacks)
+                           _fixed=(bid, wire.STEP_HOLD))
     except BatchError as exc:
         if "already exists" in str(exc):
             return  # launched and let go by an earlier run of this same advance

@@ -61,10 +61,10 @@ class Step:
         self.results = results
 
     def __rshift__(self, other: Any) -> Flow:
-        return Flow.of(self) >> other
+        return Flow.of(self).then(other)
 
     def __rrshift__(self, other: Any) -> Flow:  # [b, c] >> d
-        return Flow.of(other) >> self
+        return Flow.of(other).then(self)
 
     def __repr__(self) -> str:
         return f"<wurk.step {self.name or self.job} x{len(self.calls)}>"
@@ -109,13 +109,17 @@ class Flow:
                             f"them and >>, got {item!r}")
 
     def __rshift__(self, other: Any) -> Flow:
+        return self.then(other)
+
+    def then(self, other: Any) -> Flow:
+        """``self >> other``."""
         right = Flow.of(other)
         edges = [(a, b) for a in self.tails for b in right.heads]
         return Flow(_unique(self.steps + right.steps), self.edges + right.edges + edges,
                     self.heads, right.tails)
 
     def __rrshift__(self, other: Any) -> Flow:
-        return Flow.of(other) >> self
+        return Flow.of(other).then(self)
 
 
 def _unique(steps: list[Step]) -> list[Step]:
@@ -178,6 +182,25 @@ def validate(spec: dict[str, Any], *, check_jobs: bool = True) -> dict[str, dict
 
 
 def _check_step(name: Any, body: Any, check_jobs: bool) -> dict[str, Any]:
+    _check_shape(name, body)
+    job, calls, results, after = (body.get("job"), body.get("args", [[]]),
+                                  body.get("results", False), body.get("after", []))
+    if not isinstance(job, str) or (check_jobs and registry.find(job) is None):
+        raise WorkflowError(f"step {name!r}: unknown job {job!r} (not registered in this "
+                            "process: define it with @wurk.job or wurk.Job)")
+    if not isinstance(calls, list) or not calls or not all(isinstance(c, list) for c in calls):
+        raise WorkflowError(f"step {name!r}: 'args' is a non-empty list of argument lists")
+    if not isinstance(results, bool):
+        raise WorkflowError(f"step {name!r}: 'results' is true or false, got {results!r}")
+    if not isinstance(after, list) or not all(isinstance(a, str) for a in after):
+        raise WorkflowError(f"step {name!r}: 'after' is a list of step names")
+    if results and not after:
+        raise WorkflowError(f"step {name!r} asks for results but runs after no step")
+    _check_calls(name, job, calls, results=results, check_jobs=check_jobs)
+    return {"job": job, "args": calls, "after": list(dict.fromkeys(after)), "results": results}
+
+
+def _check_shape(name: Any, body: Any) -> None:
     if not isinstance(name, str) or not 0 < len(name) <= MAX_NAME or not name.isprintable():
         raise WorkflowError(f"a step name is 1 to {MAX_NAME} printable characters, got {name!r}")
     if not isinstance(body, Mapping):
@@ -185,21 +208,10 @@ def _check_step(name: Any, body: Any, check_jobs: bool) -> dict[str, Any]:
     unknown = set(body) - {"job", "args", "after", "results"}
     if unknown:
         raise WorkflowError(f"step {name!r} has unknown keys {sorted(unknown)}")
-    job = body.get("job")
-    if not isinstance(job, str) or (check_jobs and registry.find(job) is None):
-        raise WorkflowError(f"step {name!r}: unknown job {job!r} (not registered in this "
-                            "process: define it with @wurk.job or wurk.Job)")
-    calls = body.get("args", [[]])
-    if not isinstance(calls, list) or not calls or not all(isinstance(c, list) for c in calls):
-        raise WorkflowError(f"step {name!r}: 'args' is a non-empty list of argument lists")
-    results = body.get("results", False)
-    if not isinstance(results, bool):
-        raise WorkflowError(f"step {name!r}: 'results' is true or false, got {results!r}")
-    after = body.get("after", [])
-    if not isinstance(after, list) or not all(isinstance(a, str) for a in after):
-        raise WorkflowError(f"step {name!r}: 'after' is a list of step names")
-    if results and not after:
-        raise WorkflowError(f"step {name!r} asks for results but runs after no step")
+
+
+def _check_calls(name: str, job: str, calls: list[list[Any]], *, results: bool,
+                 check_jobs: bool) -> None:
     for call in calls:
         try:
             check_args(call, f"step {name!r} arguments")
@@ -208,7 +220,6 @@ def _check_step(name: Any, body: Any, check_jobs: bool) -> dict[str, Any]:
                                  f" in step {name!r}")
         except ArgumentError as exc:
             raise WorkflowError(str(exc)) from None
-    return {"job": job, "args": calls, "after": list(dict.fromkeys(after)), "results": results}
 
 
 def successors(steps: Mapping[str, Mapping[str, Any]]) -> dict[str, list[str]]:
