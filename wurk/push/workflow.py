@@ -39,7 +39,17 @@ from wurk.push.batch import Batch
 from wurk.push.batch_step import BatchError, run
 from wurk.push.client import Client
 from wurk.push.job import job, registry
-from wurk.push.workflow_spec import POLICIES, WorkflowError, definition, order, successors, validate
+from wurk.push.workflow_spec import (
+    POLICIES,
+    WorkflowError,
+    definition,
+    load,
+    order,
+    pairs,
+    successors,
+    validate,
+)
+from wurk.push.workflow_status import WorkflowStatus, read
 from wurk.wire import batch as batch_wire
 from wurk.wire import results as results_wire
 from wurk.wire import workflow as wire
@@ -100,30 +110,13 @@ class Workflow:
         return wid
 
     @staticmethod
-    def status(wid: str, *, client: Client | None = None) -> Any:
+    def status(wid: str, *, client: Client | None = None) -> WorkflowStatus:
         """The workflow's :class:`~wurk.push.workflow_status.WorkflowStatus`."""
-        from wurk.push.workflow_status import read  # noqa: PLC0415 - status only
-
         return read(client or Client.default(), wid)
 
     def __repr__(self) -> str:
         count = len(self.definition["steps"])
         return f"<wurk.Workflow {self.wid or '(not started)'} {count} steps>"
-
-
-def load(client: Client, wid: str) -> dict[str, Any]:
-    """The stored definition of ``wid``, checked for shape (not for registered jobs)."""
-    raw = client.pool.call("HGET", batch_wire.key(wid), "workflow", idempotent=True)
-    if raw is None:
-        raise WorkflowError(f"workflow {wid} does not exist (expired or never made)")
-    try:
-        data = json.loads(raw)
-        if not isinstance(data, dict) or data.get("policy") not in POLICIES:
-            raise WorkflowError("not a workflow definition")
-        data["steps"] = validate(data, check_jobs=False)
-    except (ValueError, TypeError, KeyError) as exc:
-        raise WorkflowError(f"workflow {wid}: its stored definition is unusable: {exc}") from None
-    return data
 
 
 @job(name=wire.ADVANCE, queue="default")
@@ -143,7 +136,7 @@ def _death_error(client: Client, status: Mapping[str, Any]) -> dict[str, Any]:
         return {"class": "unknown", "message": "the step's job died"}
     infos = client.pool.call("HGETALL", batch_wire.key(str(bid), batch_wire.FAILINFO),
                              idempotent=True)
-    for jid, raw in _pairs(infos):
+    for jid, raw in pairs(infos):
         try:
             info = json.loads(raw)
         except ValueError:
@@ -152,17 +145,6 @@ def _death_error(client: Client, status: Mapping[str, Any]) -> dict[str, Any]:
             return {"jid": jid, "class": str(info.get("class", ""))[:200],
                     "message": str(info.get("message", ""))[:1000]}
     return {"class": "unknown", "message": "the step's job died"}
-
-
-def _pairs(raw: Any) -> list[tuple[str, str]]:
-    if isinstance(raw, dict):
-        return [(_text(k), _text(v)) for k, v in raw.items()]
-    items = list(raw or [])
-    return [(_text(items[i]), _text(items[i + 1])) for i in range(0, len(items) - 1, 2)]
-
-
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
 def _record(client: Client, wid: str, name: str, **fields: Any) -> None:
@@ -185,7 +167,7 @@ def _end(client: Client, wid: str, flow: dict[str, Any], name: str, outcome: str
                     idempotent=True)
     if outcome == "success":
         owners = client.pool.call("HGETALL", wire.key(wid, "owner"), idempotent=True)
-        owned = {k for k, v in _pairs(owners) if v == name}
+        owned = {k for k, v in pairs(owners) if v == name}
         stopped = client.pool.call("HGET", wire.key(wid), "stopped_by", idempotent=True)
         for nxt in after:
             if nxt in owned and not stopped:
@@ -277,8 +259,8 @@ def _missing(step: str, jid: str, raw: Any) -> str | None:
 
 def _maybe_finish(client: Client, wid: str, flow: dict[str, Any]) -> None:
     """When every step is resolved, write the final state once and let the root go."""
-    ends = dict(_pairs(client.pool.call("HGETALL", wire.key(wid, "ends"), idempotent=True)))
-    records = dict(_pairs(client.pool.call("HGETALL", wire.key(wid, "steps"), idempotent=True)))
+    ends = dict(pairs(client.pool.call("HGETALL", wire.key(wid, "ends"), idempotent=True)))
+    records = dict(pairs(client.pool.call("HGETALL", wire.key(wid, "steps"), idempotent=True)))
     stopped = client.pool.call("HGET", wire.key(wid), "stopped_by", idempotent=True)
     steps = flow["steps"]
     blocked: set[str] = set()

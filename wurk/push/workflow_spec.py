@@ -16,15 +16,19 @@ Duties:
    dict of steps, a bad name, an unknown job, arguments that are not JSON or
    do not fit the job, an ``after`` naming no step, a cycle.
 4. :func:`successors`/:func:`order`: what the advance job and the status read.
+5. :func:`load`: a stored definition read back from Redis, checked for shape.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from wurk.push import signatures
+from wurk.push.client import Client
 from wurk.push.job import Enqueuer, Job, registry
+from wurk.wire import batch as batch_wire
 from wurk.wire.payload import ArgumentError, check_args
 
 __all__ = ["Flow", "Step", "WorkflowError", "definition", "group", "step", "validate"]
@@ -247,3 +251,29 @@ def order(steps: Mapping[str, Mapping[str, Any]]) -> list[str]:
         stuck = sorted(name for name in steps if name not in done)
         raise WorkflowError(f"the workflow has a cycle through steps {stuck[:10]}")
     return done
+
+
+def load(client: Client, wid: str) -> dict[str, Any]:
+    """The stored definition of ``wid``, checked for shape (not for registered jobs)."""
+    raw = client.pool.call("HGET", batch_wire.key(wid), "workflow", idempotent=True)
+    if raw is None:
+        raise WorkflowError(f"workflow {wid} does not exist (expired or never made)")
+    try:
+        data = json.loads(raw)
+        if not isinstance(data, dict) or data.get("policy") not in POLICIES:
+            raise WorkflowError("not a workflow definition")
+        data["steps"] = validate(data, check_jobs=False)
+    except (ValueError, TypeError, KeyError) as exc:
+        raise WorkflowError(f"workflow {wid}: its stored definition is unusable: {exc}") from None
+    return data
+
+
+def pairs(raw: Any) -> list[tuple[str, str]]:
+    if isinstance(raw, dict):
+        return [(text(k), text(v)) for k, v in raw.items()]
+    items = list(raw or [])
+    return [(text(items[i]), text(items[i + 1])) for i in range(0, len(items) - 1, 2)]
+
+
+def text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)

@@ -16,8 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from wurk.push.client import Client
-from wurk.push.workflow import _pairs, load
-from wurk.push.workflow_spec import WorkflowError, successors
+from wurk.push.workflow_spec import WorkflowError, load, pairs, successors
 from wurk.wire import results as results_wire
 from wurk.wire import workflow as wire
 
@@ -67,8 +66,8 @@ def read(client: Client, wid: str) -> WorkflowStatus:
     if not isinstance(wid, str) or not 0 < len(wid) <= 64:
         raise WorkflowError(f"a workflow id is a string of 1 to 64 characters, got {wid!r}")
     flow = load(client, wid)
-    meta = dict(_pairs(client.pool.call("HGETALL", wire.key(wid), idempotent=True)))
-    records = dict(_pairs(client.pool.call("HGETALL", wire.key(wid, "steps"),
+    meta = dict(pairs(client.pool.call("HGETALL", wire.key(wid), idempotent=True)))
+    records = dict(pairs(client.pool.call("HGETALL", wire.key(wid, "steps"),
                                            idempotent=True)))
     finished = _float(meta.get("finished_at"))
     steps: dict[str, StepStatus] = {}
@@ -91,7 +90,7 @@ def read(client: Client, wid: str) -> WorkflowStatus:
 def _last_results(client: Client, wid: str, flow: dict[str, Any],
                   steps: dict[str, StepStatus]) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    jids = dict(_pairs(client.pool.call("HGETALL", wire.key(wid, "jids"), idempotent=True)))
+    jids = dict(pairs(client.pool.call("HGETALL", wire.key(wid, "jids"), idempotent=True)))
     for name, after in successors(flow["steps"]).items():
         if after or steps[name].state != "succeeded" or name not in jids:
             continue
