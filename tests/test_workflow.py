@@ -14,6 +14,7 @@ from waiting import wait_for
 
 import wurk
 from wurk.push.job import JobFunction
+from wurk.push import workflow as workflow_module
 from wurk.push.workflow import advance
 from wurk.settings.config import Config
 from wurk.wire import workflow as wire
@@ -195,3 +196,34 @@ def test_replayed_advance_calls_launch_nothing_twice(
         advance({}, wid, "nope", "success")
     with pytest.raises(wurk.WorkflowError, match="does not exist"):
         wurk.Workflow.status("gone")
+
+
+def test_an_advance_that_dies_mid_launch_is_replayed_without_a_double_push(
+        config: Config, r: redis.Redis, define: Define, launch: Callable[..., Any],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    first = define(lambda: r.incr("first"))
+    second = define(lambda n: r.incr("second"))
+    wid = wurk.Workflow(wurk.step(first, name="one")
+                        >> wurk.group(second, [[1], [2], [3]], name="two")).start()
+    real_run = workflow_module.run
+
+    def dies_before_letting_go(pool: Any, script: Any, args: list[Any]) -> Any:
+        if args[0] == f"{wid}.1":
+            raise ConnectionError("killed between the push and the commit")
+        return real_run(pool, script, args)
+    monkeypatch.setattr(workflow_module, "run", dies_before_letting_go)
+    with pytest.raises(ConnectionError):
+        advance({}, wid, "one", "success")  # as if step one had succeeded
+    monkeypatch.setattr(workflow_module, "run", real_run)
+    pushed = [json.loads(x) for x in r.lrange("queue:default", 0, -1)]
+    assert sum(p["class"] == second.name for p in pushed) == 3
+    advance({}, wid, "one", "success")  # the rerun after recovery: same bid, jids, no push
+    again = [json.loads(x) for x in r.lrange("queue:default", 0, -1)]
+    assert sorted(p["jid"] for p in again) == sorted(p["jid"] for p in pushed)
+    assert r.scard(f"b-{wid}.1-jids") == 3  # the hold is gone, the three jobs counted once
+    launch()
+    assert finished(wid).state == "succeeded"
+    # Step one's own job still runs (its end was faked above): its callback is a replay.
+    wait_for(lambda: r.exists(f"b-{wid}.0-success"), what="step one's batch succeeded")
+    wait_for(lambda: r.exists(f"b-{wid}-success"), what="the root batch succeeded")
+    assert r.get("first") == "1" and r.get("second") == "3"
