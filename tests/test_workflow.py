@@ -8,8 +8,10 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+import admin_cli
 import pytest
 import redis
+from admin_cli import Cli
 from waiting import wait_for
 
 import wurk
@@ -20,6 +22,8 @@ from wurk.settings.config import Config
 from wurk.wire import workflow as wire
 
 Define = Callable[..., JobFunction[..., Any]]
+cli = admin_cli.cli
+keep_logging = admin_cli.keep_logging
 
 
 def finished(wid: str) -> wurk.push.workflow_status.WorkflowStatus:  # type: ignore[name-defined]
@@ -226,3 +230,24 @@ def test_an_advance_that_dies_mid_launch_is_replayed_without_a_double_push(
     wait_for(lambda: r.exists(f"b-{wid}.0-success"), what="step one's batch succeeded")
     wait_for(lambda: r.exists(f"b-{wid}-success"), what="the root batch succeeded")
     assert r.get("first") == "1" and r.get("second") == "3"
+
+
+def test_wurk_workflows_lists_and_shows(cli: Cli, config: Config, r: redis.Redis,
+                                        define: Define, launch: Callable[..., Any]) -> None:
+    def boom() -> None:
+        raise ValueError("no such file")
+    ok = define(lambda: 42)
+    bad = define(boom, retry=False)
+    wid = wurk.Workflow(wurk.step(ok, name="fine") >> wurk.step(bad, name="broken"),
+                        description="the import").start()
+    launch()
+    finished(wid)
+    listed = cli("workflows", "--json")
+    assert listed.code == 0 and listed.json["workflows"] == [{"wid": wid, "state": "stopped"}]
+    assert wid in cli("workflows").out
+    shown = cli("workflows", "show", wid)
+    assert shown.code == 0 and "broken" in shown.out and "no such file" in shown.out
+    steps = cli("workflows", "show", wid, "--json").json["workflow"]["steps"]
+    assert [s["state"] for s in steps] == ["succeeded", "failed"]
+    assert cli("workflows", "show", "nope").code == 1
+    assert cli("workflows", "show").code == 2
