@@ -251,3 +251,19 @@ def test_wurk_workflows_lists_and_shows(cli: Cli, config: Config, r: redis.Redis
     assert [s["state"] for s in steps] == ["succeeded", "failed"]
     assert cli("workflows", "show", "nope").code == 1
     assert cli("workflows", "show").code == 2
+
+
+def test_garbage_in_redis_is_a_clear_error(config: Config, r: redis.Redis,
+                                           define: Define) -> None:
+    one = define(lambda: None)
+    wid = wurk.Workflow(wurk.step(one, name="only")).start()
+    for garbage in ("not json", '{"policy": "stop", "steps": {"a": {"job": 7}}}', "[1, 2]",
+                    '{"policy": "stop", "steps": {"a": {"job": "x", "after": ["a"]}}}'):
+        r.hset(f"b-{wid}", "workflow", garbage)
+        with pytest.raises(wurk.WorkflowError, match="unusable"):
+            wurk.Workflow.status(wid)
+        with pytest.raises(wurk.WorkflowError, match="unusable"):
+            advance({}, wid, "only", "success")
+    r.delete(f"b-{wid}")
+    with pytest.raises(wurk.WorkflowError, match="does not exist"):
+        advance({}, wid, "only", "success")
