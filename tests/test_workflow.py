@@ -130,7 +130,7 @@ def test_stop_policy_stops_after_a_death(
     def boom() -> None:
         raise ValueError("bad shard")
     bad = define(boom, retry=False)
-    flow = (wurk.step(ok, "a") >> [wurk.step(bad, name="bad") >> wurk.step(ok, "after-bad"),
+    flow = (wurk.step(ok, "a") >> [wurk.step(bad, name="bad") >> wurk.step(ok, "after-bad", name="after-bad"),
                                    wurk.step(ok, "b") >> wurk.step(ok, "c", name="c")])
     wid = wurk.Workflow(flow, policy="stop").start()
     launch()
@@ -141,6 +141,10 @@ def test_stop_policy_stops_after_a_death(
     assert status.steps["bad"].error["message"] == "bad shard"
     assert "after-bad" not in r.lrange("ran", 0, -1)
     assert [s.name for s in status.failures] == ["bad"]
+    # The dead job retried by hand from the morgue, then succeeding: the first end stands.
+    advance({}, wid, "bad", "success")
+    assert wurk.Workflow.status(wid).steps["bad"].state == "failed"
+    assert r.hget(wire.key(wid, "owner"), "after-bad") is None
 
 
 def test_continue_policy_runs_independent_branches_and_reports(

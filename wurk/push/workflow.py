@@ -47,6 +47,7 @@ from wurk.push.workflow_spec import (
     order,
     pairs,
     successors,
+    text,
     validate,
 )
 from wurk.push.workflow_status import WorkflowStatus, read
@@ -161,10 +162,16 @@ def _end(client: Client, wid: str, flow: dict[str, Any], name: str, outcome: str
          error: dict[str, Any] | None) -> None:
     steps = flow["steps"]
     after = successors(steps)[name]
-    _record(client, wid, name, state="succeeded" if outcome == "success" else "failed",
-            error=error, ended_at=time.time())
     client.pool.run(lambda c: wire.END.run(c, [], [wid, name, outcome, flow["policy"], *after]),
                     idempotent=True)
+    # The first end stands: a dead job retried by hand from the morgue later moves nothing.
+    recorded = client.pool.call("HGET", wire.key(wid, "ends"), name, idempotent=True)
+    if text(recorded or "") != outcome:
+        log.warning("workflow.late_end", wid=wid, step=name, outcome=outcome,
+                    recorded=text(recorded or ""))
+        return
+    _record(client, wid, name, state="succeeded" if outcome == "success" else "failed",
+            error=error, ended_at=time.time())
     if outcome == "success":
         owners = client.pool.call("HGETALL", wire.key(wid, "owner"), idempotent=True)
         owned = {k for k, v in pairs(owners) if v == name}

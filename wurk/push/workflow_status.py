@@ -69,6 +69,7 @@ def read(client: Client, wid: str) -> WorkflowStatus:
     meta = dict(pairs(client.pool.call("HGETALL", wire.key(wid), idempotent=True)))
     records = dict(pairs(client.pool.call("HGETALL", wire.key(wid, "steps"),
                                            idempotent=True)))
+    ends = dict(pairs(client.pool.call("HGETALL", wire.key(wid, "ends"), idempotent=True)))
     finished = _float(meta.get("finished_at"))
     steps: dict[str, StepStatus] = {}
     for name, body in flow["steps"].items():
@@ -78,6 +79,8 @@ def read(client: Client, wid: str) -> WorkflowStatus:
             record = {"state": "unreadable"}
         record = record if isinstance(record, dict) else {"state": "unreadable"}
         state = str(record.get("state") or ("skipped" if finished else "pending"))
+        if name in ends:  # the end recorded once wins over a record written late
+            state = "succeeded" if ends[name] == "success" else "failed"
         error = record.get("error") if isinstance(record.get("error"), dict) else None
         bid = record.get("bid") if isinstance(record.get("bid"), str) else None
         steps[name] = StepStatus(name, body["job"], state, len(body["args"]), bid, error)
