@@ -130,7 +130,8 @@ def test_stop_policy_stops_after_a_death(
     def boom() -> None:
         raise ValueError("bad shard")
     bad = define(boom, retry=False)
-    flow = (wurk.step(ok, "a") >> [wurk.step(bad, name="bad") >> wurk.step(ok, "after-bad", name="after-bad"),
+    after_bad = wurk.step(ok, "after-bad", name="after-bad")
+    flow = (wurk.step(ok, "a") >> [wurk.step(bad, name="bad") >> after_bad,
                                    wurk.step(ok, "b") >> wurk.step(ok, "c", name="c")])
     wid = wurk.Workflow(flow, policy="stop").start()
     launch()
