@@ -1,21 +1,24 @@
 """A workflow across a real swarm (two ``wurk-swarm`` children): SIGKILLs of a
-child while a group of the workflow runs and while its merge step runs; the
-workflow still ends once, the merge gets every result, later steps run once."""
+child while a group of the workflow runs and while its merge step runs, and
+a Redis crash and restart (from its fsync-always AOF) between; the workflow
+still ends once, the merge gets every result, later steps run once."""
 
 from __future__ import annotations
 
 import importlib
 import json
 import os
+import shutil
 import signal
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import redis
 import swarms
-from conftest import RedisServer
+from conftest import RedisServer, reap_probe_clients, start_redis
 from swarms import Launch, slot
 from waiting import wait_for
 
@@ -27,6 +30,7 @@ from wurk.wire import workflow as wire
 
 launch = swarms.launch
 SHARDS = 200
+AOF = ("--appendonly", "yes", "--appendfsync", "always")
 
 WF_JOBS = textwrap.dedent("""
     import os
@@ -83,6 +87,27 @@ WF_JOBS = textwrap.dedent("""
 
 
 @pytest.fixture
+def redis_server() -> Iterator[RedisServer]:
+    """This module's own server, with an AOF that survives a SIGKILL."""
+    server = start_redis(*AOF)
+    reap_probe_clients()
+    yield server
+    if server.proc.poll() is None:
+        server.proc.kill()
+    server.proc.wait(10)
+    shutil.rmtree(server.workdir, ignore_errors=True)
+
+
+def restart(server: RedisServer) -> None:
+    server.proc.kill()  # a crash: only the AOF survives
+    server.proc.wait(5)
+    time.sleep(0.5)
+    again = start_redis(*AOF, "--dir", server.workdir, port=server.port)
+    server.proc = again.proc
+    reap_probe_clients()
+
+
+@pytest.fixture
 def client(redis_server: RedisServer, tmp_path: Path,
            monkeypatch: pytest.MonkeyPatch) -> Iterator[Client]:
     """A client of the test's server, with the jobs registered in this process too."""
@@ -95,8 +120,9 @@ def client(redis_server: RedisServer, tmp_path: Path,
     close_pool(config)
 
 
-def test_a_workflow_ends_once_through_sigkills(launch: Launch, tmp_path: Path,
-                                               r: redis.Redis, client: Client) -> None:
+def test_a_workflow_ends_once_through_sigkills_and_a_redis_restart(
+        launch: Launch, tmp_path: Path, redis_server: RedisServer, r: redis.Redis,
+        client: Client) -> None:
     flow = (wurk.step("wf_fetch", SHARDS, name="fetch")
             >> wurk.group("wf_parse", [[i] for i in range(SHARDS)], name="parse")
             >> wurk.step("wf_merge", name="merge", results=True)
@@ -109,9 +135,11 @@ def test_a_workflow_ends_once_through_sigkills(launch: Launch, tmp_path: Path,
     # Every thread of both children holds a parse job: kill one child mid-group.
     wait_for(lambda: int(r.get("wf:started") or 0) >= 16, timeout=20)
     os.kill(swarm.pid_at(("w", 0)), signal.SIGKILL)
-    r.set("wf:go", 1)
+    restart(redis_server)
+    wait_for(lambda: r.set("wf:go", 1), timeout=10, ignoring=(redis.ConnectionError,))
     # The merge step runs (gated): kill whichever child holds it.
-    wait_for(lambda: r.get("wf:merge-running") is not None, timeout=50, what="merge started")
+    wait_for(lambda: r.get("wf:merge-running") is not None, timeout=50, what="merge started",
+             ignoring=(redis.ConnectionError,))
     os.kill(int(r.get("wf:merge-running") or 0), signal.SIGKILL)
     r.set("wf:go-merge", 1)
     wait_for(lambda: r.hget(wire.key(wid), "state") == "succeeded", timeout=50,
