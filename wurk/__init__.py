@@ -21,6 +21,8 @@ from wurk.push.periodic import PeriodicError, periodic
 from wurk.push.results import JobFailed, ResultTimeout, result
 from wurk.push.time_options import JobTimeout
 from wurk.push.unique import UniqueKeyError
+from wurk.push.workflow import Workflow, WorkflowError
+from wurk.push.workflow_spec import group, step
 from wurk.runtime import forking  # noqa: F401 - registers the after-fork resets
 from wurk.settings.config import Config, ConfigError, configure, default_config
 from wurk.version import __version__
@@ -52,15 +54,19 @@ __all__ = [
     "ResultTimeout",
     "UniqueKeyError",
     "UnknownJobError",
+    "Workflow",
+    "WorkflowError",
     "__version__",
     "configure",
     "default_config",
+    "group",
     "job",
     "leader",
     "limiter",
     "periodic",
     "registry",
     "result",
+    "step",
 ]
 
 
