@@ -324,7 +324,7 @@ def test_term_while_redis_hangs_drains_on_time_and_loses_nothing(
             os.kill(server.proc.pid, signal.SIGCONT)
         assert code == 0, worker.stderr()
         # shutdown_timeout 1 s, then at most STOP_MARGIN (1 s) for Redis, plus exit.
-        assert elapsed < 3.5, elapsed
+        assert elapsed < 5.0, elapsed  # a loaded machine needs slack for the exit itself
         # Both jobs are still in Redis: given back, or left in the private list
         # for the reaper; recovering that list puts them back.
         config = Config(redis_url=server.url)
@@ -353,7 +353,7 @@ def test_term_in_an_outage_spools_buffered_pushes_within_the_drain(
         assert worker.wait(30) == 0, worker.stderr()
         elapsed = time.monotonic() - started
         # Before: the exit flush waited push_flush_timeout (5 s) past the drain.
-        assert elapsed < 3.5, elapsed
+        assert elapsed < 5.0, elapsed  # a loaded machine needs slack for the exit itself
         spooled = [e for e in worker.events() if e.get("event") == "push.spooled"]
         assert spooled and spooled[0]["jobs"] == 1, worker.stderr()
     finally:

@@ -117,7 +117,8 @@ class Launcher:
 
     def _report_jobs(self) -> None:
         names = self.jobs.names()
-        if not names:
+        # wurk's own jobs (the workflow step runner) do not count as the application's.
+        if not [name for name in names if not name.startswith("wurk.")]:
             # Every job it fetches would fail with UnknownJobError and retry.
             log.warning("launcher.no_jobs", identity=self.identity,
                         hint="no job class is registered: name the modules that define "
