@@ -168,5 +168,6 @@ def registered_identity(r: redis.Redis, worker: Worker) -> str:
         members = r.smembers("processes")
         return next(iter(members)) if len(members) == 1 else None
 
-    identity: str = wait_for(one)
+    # A Python start-up plus wurk's imports: seconds on a loaded CI machine.
+    identity: str = wait_for(one, timeout=30, what="the worker registered")
     return identity

@@ -8,6 +8,10 @@
    and sees them as Sidekiq does (the ``processes`` set and each identity hash).
 3. Small shared helpers: topology ``slot`` text, a raw ``push``, ``gone``,
    log event times, and the systemd notify socket (a fixture) with its readers.
+4. ``aof_redis_server`` (a fixture standing in for ``redis_server``) and
+   ``restart_from_aof``: a server whose fsync-always AOF survives a SIGKILL,
+   for tests that crash Redis under a swarm; ``PER_PID_REDIS``, the jobs
+   modules' per-process Redis client.
 
 A test module takes a fixture by assigning it (``launch = swarms.launch``):
 pytest finds fixtures by the names a test module holds, and here ``launch``
@@ -19,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -35,7 +40,7 @@ from typing import Any
 import psutil
 import pytest
 import redis
-from conftest import RedisServer
+from conftest import RedisServer, reap_probe_clients, start_redis
 from waiting import wait_for
 
 from wurk.wire.payload import new_jid
@@ -291,3 +296,45 @@ def watchdog_pings(sock: socket.socket, seconds: float) -> int:
         except TimeoutError:
             break
     return pings
+
+
+AOF = ("--appendonly", "yes", "--appendfsync", "always")
+
+# The start of a test's jobs module: one Redis client per process, so a
+# forked child never shares its parent's socket.
+PER_PID_REDIS = textwrap.dedent("""
+    import os
+
+    import redis
+
+    _clients = {}
+
+
+    def r():
+        pid = os.getpid()
+        if pid not in _clients:
+            _clients[pid] = redis.Redis.from_url(os.environ["TEST_REDIS_URL"])
+        return _clients[pid]
+""")
+
+
+@pytest.fixture
+def aof_redis_server() -> Iterator[RedisServer]:
+    """The test's own server, with an AOF that survives a SIGKILL (assign it to
+    ``redis_server``); ``restart_from_aof`` crashes and restarts it."""
+    server = start_redis(*AOF)
+    reap_probe_clients()
+    yield server
+    if server.proc.poll() is None:
+        server.proc.kill()
+    server.proc.wait(10)
+    shutil.rmtree(server.workdir, ignore_errors=True)
+
+
+def restart_from_aof(server: RedisServer) -> None:
+    server.proc.kill()  # a crash: only the AOF survives
+    server.proc.wait(5)
+    time.sleep(0.5)
+    again = start_redis(*AOF, "--dir", server.workdir, port=server.port)
+    server.proc = again.proc
+    reap_probe_clients()

@@ -82,7 +82,7 @@ def test_a_worker_with_no_job_registered_says_so_at_start(
         spawn: Callable[..., Worker]) -> None:  # noqa: F811
     worker = spawn("--log-level", "info")
     wait_for(lambda: events_named(worker, "launcher.no_jobs") or worker.proc.poll() is not None,
-             what="the warning")
+             timeout=30, what="the warning")
     [warned] = events_named(worker, "launcher.no_jobs")
     assert warned["level"] == "warning" and "-r/--require" in warned["hint"]
     worker.send(signal.SIGTERM)

@@ -232,7 +232,7 @@ def test_wurk_run_reschedules_a_job_over_the_limit_and_runs_it_later(
             entries = r.zrange("schedule", 0, -1)
             return json.loads(entries[0]) if entries else None
 
-        payload = wait_for(rescheduled, what="the job in the schedule set")
+        payload = wait_for(rescheduled, timeout=30, what="the job in the schedule set")
         assert payload["overrated"] >= 1 and payload["retry_count"] == 2
         assert r.zcard("retry") == 0
         held.release()

@@ -8,17 +8,15 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import shutil
 import signal
 import textwrap
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import redis
 import swarms
-from conftest import RedisServer, reap_probe_clients, start_redis
+from conftest import RedisServer
 from swarms import Launch, slot
 from waiting import wait_for
 
@@ -30,24 +28,11 @@ from wurk.wire import workflow as wire
 
 launch = swarms.launch
 SHARDS = 200
-AOF = ("--appendonly", "yes", "--appendfsync", "always")
 
-WF_JOBS = textwrap.dedent("""
-    import os
+WF_JOBS = swarms.PER_PID_REDIS + textwrap.dedent("""
     import time
 
-    import redis
-
     import wurk
-
-    _clients = {}
-
-
-    def r():
-        pid = os.getpid()
-        if pid not in _clients:
-            _clients[pid] = redis.Redis.from_url(os.environ["TEST_REDIS_URL"])
-        return _clients[pid]
 
 
     def gate(name):
@@ -86,25 +71,8 @@ WF_JOBS = textwrap.dedent("""
 """)
 
 
-@pytest.fixture
-def redis_server() -> Iterator[RedisServer]:
-    """This module's own server, with an AOF that survives a SIGKILL."""
-    server = start_redis(*AOF)
-    reap_probe_clients()
-    yield server
-    if server.proc.poll() is None:
-        server.proc.kill()
-    server.proc.wait(10)
-    shutil.rmtree(server.workdir, ignore_errors=True)
-
-
-def restart(server: RedisServer) -> None:
-    server.proc.kill()  # a crash: only the AOF survives
-    server.proc.wait(5)
-    time.sleep(0.5)
-    again = start_redis(*AOF, "--dir", server.workdir, port=server.port)
-    server.proc = again.proc
-    reap_probe_clients()
+redis_server = swarms.aof_redis_server
+restart = swarms.restart_from_aof
 
 
 @pytest.fixture
