@@ -80,6 +80,9 @@ def render_show(payload: Payload, now: float) -> list[str]:
         ("children", ", ".join(b["children"]) or "-"), ("fired", fired),
         ("expires in", f"{b['ttl']}s" if b["ttl"] >= 0 else "-"),
     ])
+    if b["pending_jids"]:
+        lines.append("waiting on: " + ", ".join(b["pending_jids"][:20])
+                     + (" ..." if len(b["pending_jids"]) > 20 else ""))
     if b["aborted"]:
         lines.append(f"aborted: {printable(b['aborted'])}")
     for failure in b["failed"]:

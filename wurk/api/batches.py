@@ -3,8 +3,10 @@
 Duties:
 1. :class:`BatchStatus`: one batch read in one round trip: counts,
    failures with their jids and errors (the first FAILURE_PAGE of them),
-   dead jids, children, parent, callbacks and when each fired, workflow
-   data, and a ``state``: building (a builder still holds it), running,
+   the jids still pending (a page: the jobs the batch waits on, such as
+   one whose write's outcome was unknown), dead jids, children, parent,
+   callbacks and when each fired, workflow data, and a ``state``:
+   building (a builder still holds it), running,
    complete, success, aborted (its builder's block raised), or abandoned
    (unfinished and no progress for ``abandoned_after`` seconds).
 2. :class:`BatchSet`: the ``batches`` index, newest first; a bid whose
@@ -41,6 +43,7 @@ class BatchStatus:
     failures: int = 0
     failed: list[dict[str, Any]] = field(default_factory=list)  # jid, class, message
     dead_jids: list[str] = field(default_factory=list)
+    pending_jids: list[str] = field(default_factory=list)  # a page of them, holds left out
     dead: int = 0
     parent_bid: str | None = None
     children: list[str] = field(default_factory=list)
@@ -109,7 +112,8 @@ class BatchSet:
                     ("SCARD", wire.key(bid, wire.DIED)),
                     ("SSCAN", wire.key(bid, wire.DIED), 0, "COUNT", FAILURE_PAGE),
                     ("SSCAN", wire.key(bid, wire.KIDS), 0, "COUNT", 1000),
-                    ("TTL", wire.key(bid))]
+                    ("TTL", wire.key(bid)),
+                    ("SSCAN", wire.key(bid, wire.PENDING), 0, "COUNT", FAILURE_PAGE)]
         replies = pool_for(self.config).run(
             lambda c: c.pipeline(commands, raise_on_error=False), idempotent=True)
         return _status(bid, replies, time.time(), self.abandoned_after)
@@ -125,7 +129,8 @@ def _checked(reply: Any, name: str, problems: list[str]) -> Any:
 def _status(bid: str, replies: list[Any], now: float, abandoned_after: float) -> BatchStatus:
     problems: list[str] = []
     got = [_checked(reply, name, problems) for reply, name in zip(
-        replies, ("b-<bid>", "-jids", "-failed", "-failinfo", "-died", "-died", "-kids", "ttl"),
+        replies, ("b-<bid>", "-jids", "-failed", "-failinfo", "-died", "-died", "-kids", "ttl",
+                              "-jids"),
         strict=True)]
     fields = {text(k): text(v) for k, v in hash_items(got[0] or [])}
     if not fields:
@@ -140,6 +145,8 @@ def _status(bid: str, replies: list[Any], now: float, abandoned_after: float) ->
         total=_number(fields, "total", problems), pending=pending, failures=to_int(got[2]),
         failed=_failures(got[3], problems), dead=to_int(got[4]),
         dead_jids=sorted(text(j) for j in _page(got[5])),
+        pending_jids=sorted(j for j in (text(m) for m in _page(got[8]))
+                            if not j.startswith(wire.HOLD_PREFIX)),
         parent_bid=fields.get("parent_bid") or None,
         children=sorted(text(k) for k in _page(got[6])),
         callbacks=_json(fields.get("callbacks"), {}, "callbacks", problems),

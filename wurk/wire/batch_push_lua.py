@@ -44,6 +44,23 @@ local function count(bid, jids)
   return added
 end
 
+-- nil when the keys the write tail from index I touches take its writes, else why not:
+-- checked before anything is written, since a script's earlier writes are not undone
+local function unwritable(i)
+  local function wrong(key, want)
+    local ty = redis.call("type", key)["ok"]
+    if ty ~= want and ty ~= "none" then return "WRONGTYPE " .. key .. " is a " .. ty end
+  end
+  local bad = wrong(QUEUES, "set")
+  local nq = tonumber(ARGV[i]); i = i + 1
+  for _ = 1, nq do
+    bad = bad or wrong(QPREFIX .. ARGV[i], "list")
+    i = i + 2 + tonumber(ARGV[i + 1])
+  end
+  if tonumber(ARGV[i]) > 0 then bad = bad or wrong(SCHEDULE, "zset") end
+  return bad
+end
+
 -- write the jobs described by ARGV from index I (the write tail); the next index
 local function write(i)
   local nq = tonumber(ARGV[i]); i = i + 1
@@ -87,6 +104,8 @@ for _ = 1, nb do
     groups[#groups + 1] = {bid, jids}
   end
 end
+local bad = unwritable(i)
+if bad then return redis.error_reply(bad) end
 for _, g in ipairs(groups) do count(g[1], g[2]) end
 write(i)
 return unknown
@@ -109,7 +128,8 @@ local i = 10 + 2 * nf
 local nj = tonumber(ARGV[i])
 local jids = {}
 for j = i + 1, i + nj do jids[#jids + 1] = ARGV[j] end
-local bad = create(bid, ARGV[5], ARGV[6], tonumber(ARGV[7]), ARGV[8], fields)
+local bad = unwritable(i + nj + 1)
+  or create(bid, ARGV[5], ARGV[6], tonumber(ARGV[7]), ARGV[8], fields)
 if bad then return redis.error_reply(bad) end
 count(bid, jids)
 write(i + nj + 1)
