@@ -73,10 +73,9 @@ def refusal(exc: rx.ResponseError) -> Exception:
     return exc
 
 
-def push_args(content: ConfirmedPush,
-              payloads: Iterable[Mapping[str, Any]]) -> tuple[list[Any], bool]:
-    """The arguments of Lua ``batch_push`` for ``content``, and whether sending
-    it twice is safe (only scheduled jobs: a ZADD of exact members)."""
+def write_tail(content: ConfirmedPush) -> tuple[list[Any], bool]:
+    """The write tail of Lua ``batch_push``/``batch_launch`` for ``content``, and
+    whether sending it twice is safe (only scheduled jobs: a ZADD of exact members)."""
     immediate: dict[str, list[str]] = {}
     scheduled: list[tuple[str, str]] = []
     for job in content.jobs:
@@ -84,12 +83,19 @@ def push_args(content: ConfirmedPush,
             immediate.setdefault(job.queue, []).append(job.raw)
         else:
             scheduled.append((score(job.run_at), job.raw))
+    return write_args(immediate, scheduled), not immediate
+
+
+def push_args(content: ConfirmedPush,
+              payloads: Iterable[Mapping[str, Any]]) -> tuple[list[Any], bool]:
+    """The arguments of Lua ``batch_push`` for ``content``, and whether it may be replayed."""
     args: list[Any] = ["1" if STRICT.get() else "0"]
     groups = _by_bid(payloads)
     args.append(len(groups))
     for bid, jids in groups.items():
         args += [bid, len(jids), *jids]
-    return args + write_args(immediate, scheduled), not immediate
+    tail, idempotent = write_tail(content)
+    return args + tail, idempotent
 
 
 def write(content: ConfirmedPush, payloads: Iterable[Mapping[str, Any]], redis: Any, *,

@@ -151,6 +151,13 @@ class Client:
     def normalise(self, item: Mapping[str, Any], now: float) -> Prepared:
         return prepare.normalise(item, now, self.config.timestamps)
 
+    def prepared(self, item: Mapping[str, Any]) -> Prepared | str | None:
+        """``item`` as a push would write it, through the client middleware (None:
+        stopped; a str: a deferred push's jid): for a writer of its own, such as
+        a workflow's one-script launch (:mod:`wurk.push.workflow`)."""
+        now = time.time()
+        return self._through_middleware(self.normalise(item, now), now)
+
     def _through_middleware(self, prepared: Prepared, now: float) -> Prepared | str | None:
         chain = self.config.client_middleware if self._middleware is None else self._middleware
         return prepare.through_middleware(chain, prepared, now, self.config.timestamps,
