@@ -11,9 +11,11 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+import admin_cli
 import pytest
 import redis
 import redis.exceptions as rx
+from admin_cli import Cli
 from structlog.testing import capture_logs
 
 import wurk
@@ -22,6 +24,9 @@ from wurk.api.batches import BatchStatus
 from wurk.push import batch_step, prepare
 from wurk.redis.pool import RedisPool
 from wurk.settings.config import Config
+
+cli = admin_cli.cli
+keep_logging = admin_cli.keep_logging
 
 
 def settings(url: str) -> Config:
@@ -62,7 +67,7 @@ def queued_args(r: redis.Redis) -> list[Any]:
 
 
 def test_a_lost_reply_leaves_the_job_and_its_count_together(
-        proxy: FaultProxy, r: redis.Redis, config: Config) -> None:
+        proxy: FaultProxy, r: redis.Redis, config: Config, cli: Cli) -> None:
     client = wurk.Client(settings(proxy.url), buffered=False, drain_spool=False)
     batch = wurk.Batch("lost reply", client=client)
     batch.push({"class": "Echo", "args": ["warm"]})
@@ -84,6 +89,8 @@ def test_a_lost_reply_leaves_the_job_and_its_count_together(
     status = BatchStatus.read(batch.bid, config=config)
     assert status.pending == 3 and not status.complete  # waits for the jobs to run
     assert "maybe0000000000000000001" in status.pending_jids
+    shown = cli("batches", "show", batch.bid)
+    assert "waiting on:" in shown.out and "maybe0000000000000000001" in shown.out
 
 
 def test_an_unknown_outcome_keeps_the_unique_lock_and_the_count(
