@@ -32,10 +32,18 @@ from wurk.wire.batch_lua import batch_script
 
 _WRITE = """
 local SCHEDULE = "%(schedule)s"
+-- CMD KEY with the items FROM..TO of LIST, a thousand per call (under Lua's stack limit)
+local function each(cmd, key, list, from, to)
+  local done = 0
+  for i = from, to, 1000 do
+    done = done + redis.call(cmd, key, unpack(list, i, math.min(i + 999, to)))
+  end
+  return done
+end
+
 -- count JIDS into BID (already checked): how many were new
 local function count(bid, jids)
-  local added = 0
-  for _, jid in ipairs(jids) do added = added + redis.call("sadd", k(bid, "jids"), jid) end
+  local added = each("sadd", k(bid, "jids"), jids, 1, #jids)
   if added > 0 then
     redis.call("hincrby", k(bid), "total", added)
     redis.call("hincrby", k(bid), "pending", added)
@@ -67,7 +75,7 @@ local function write(i)
   for _ = 1, nq do
     local queue, n = ARGV[i], tonumber(ARGV[i + 1]); i = i + 2
     redis.call("sadd", QUEUES, queue)
-    for j = i, i + n - 1 do redis.call("lpush", QPREFIX .. queue, ARGV[j]) end
+    each("lpush", QPREFIX .. queue, ARGV, i, i + n - 1)
     i = i + n
   end
   local ns = tonumber(ARGV[i]); i = i + 1
