@@ -22,6 +22,7 @@ import wurk
 from tests.faultproxy import FaultProxy
 from wurk.api.batches import BatchStatus
 from wurk.push import batch_step, prepare
+from wurk.redis.apool import AsyncRedisPool
 from wurk.redis.pool import RedisPool
 from wurk.settings.config import Config
 
@@ -170,3 +171,48 @@ def test_the_async_client_writes_the_job_and_its_count_together(
     asyncio.run(main())
     assert queued_args(r) == ["maybe", "warm"]
     assert r.hget(f"b-{batch.bid}", "total") == "2"
+
+
+class AsyncLosesReply:
+    """:class:`LosesReply` for the asyncio pool."""
+
+    def __init__(self, real: Any) -> None:
+        self.real = real
+        self.armed = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+    async def run(self, block: Callable[[Any], Any], *, idempotent: bool = False,
+                  attempts: int | None = None) -> Any:
+        result = await self.real.run(block, idempotent=idempotent, attempts=attempts)
+        if self.armed and not idempotent:
+            self.armed = False
+            raise rx.ConnectionError("the reply was lost")
+        return result
+
+    async def pipeline(self, commands: Any, *, idempotent: bool = False,
+                       attempts: int | None = None) -> list[Any]:
+        return await self.run(lambda c: c.pipeline(commands), idempotent=idempotent,
+                              attempts=attempts)
+
+
+@pytest.mark.parametrize("buffered", [True, False])
+def test_the_async_client_keeps_lock_and_count_when_the_outcome_is_unknown(
+        r: redis.Redis, config: Config, buffered: bool) -> None:
+    batch = wurk.Batch("async unknown", client=wurk.Client(config, buffered=False,
+                                                           drain_spool=False))
+
+    async def main() -> None:
+        pool = AsyncLosesReply(AsyncRedisPool.from_config(config))
+        async with wurk.AsyncClient(config, pool=pool, buffered=buffered,  # type: ignore[arg-type]
+                                    drain_spool=False) as client:
+            pool.armed = True
+            with pytest.raises(rx.ConnectionError):
+                await client.push({"class": "Echo", "args": ["landed"], "bid": batch.bid,
+                                   "unique_for": 60})
+
+    asyncio.run(main())
+    assert queued_args(r) == ["landed"]
+    assert r.hget(f"b-{batch.bid}", "total") == "1"
+    assert len(list(r.scan_iter("unique:*"))) == 1

@@ -149,3 +149,15 @@ def test_a_batch_made_and_let_go_through_lost_replies_completes_once(
     launch()
     wait_for(lambda: r.llen("fired") == 1, what="the success callback")
     assert r.lrange("fired", 0, -1) == [batch.bid] and r.get("ran") == "1"
+
+
+def test_a_step_launched_by_an_earlier_wurk_is_let_go_not_relaunched(
+        r: redis.Redis, two_steps: tuple[Any, Any]) -> None:
+    first, second = two_steps
+    wid = wurk.Workflow(wurk.step(first, name="one")
+                        >> wurk.group(second, [[1], [2]], name="two")).start()
+    # What the earlier launch left: the step's batch, held by its own hold, no guard.
+    wurk.Batch("old launch", parent=wid, _fixed=(f"{wid}.1", workflow_module.LEGACY_STEP_HOLD))
+    advance({}, wid, "one", "success")
+    assert not r.sismember(f"b-{wid}.1-jids", workflow_module.LEGACY_STEP_HOLD)
+    assert jobs_of(r, second.name) == []  # not pushed a second time

@@ -11,14 +11,17 @@ once, the advance job moves the workflow on.
 
 Duties:
 1. :class:`Workflow`: check everything before the first write; ``start``
-   makes the root batch and the workflow's keys (:mod:`wurk.wire.workflow`),
-   launches the first steps and returns the workflow id (the root's bid).
+   makes the root batch and the workflow's keys (:mod:`wurk.wire.workflow`)
+   and launches the first steps in one MULTI/EXEC of guarded scripts (all
+   or nothing, safe to send again), and returns the workflow id (the
+   root's bid, fixed when the object is made).
 2. :func:`advance` (the internal job): record the step's end once (Lua
    ``workflow_end``), launch each step it released, unless the "stop"
    policy stopped the workflow; when every step is resolved, write the
-   final state once and drop the root's hold. Idempotent: a rerun after a
-   SIGKILL finds the end recorded and re-launches only what it owns, with
-   the same bids, hold and jids, so nothing runs twice.
+   final state and drop the root's hold. A launch is one script (Lua
+   ``batch_launch``: the step's batch, its jobs counted and written, its
+   guard), so a rerun after a SIGKILL finds the end recorded and the
+   launch either done (nothing is written again) or not begun.
 3. Pass results: a step with ``results=True`` gets, as first argument, the
    result of the step before it (a list for a group) or a dict by step name
    when it waits for several; those steps' jobs are pushed with
@@ -38,7 +41,7 @@ import redis.exceptions as rx
 
 from wurk.core.logging import get_logger
 from wurk.push.batch import Batch
-from wurk.push.batch_step import refusal, run, write_tail
+from wurk.push.batch_step import BatchError, refusal, run, write_tail
 from wurk.push.client import Client
 from wurk.push.job import job, registry
 from wurk.push.prepare import Prepared, as_push
@@ -66,6 +69,7 @@ __all__ = ["Workflow", "WorkflowError", "advance"]
 
 log = get_logger("wurk.workflow")
 _FINAL = ("succeeded", "failed")
+LEGACY_STEP_HOLD = "hold:workflow-step"  # a step's hold before launches were one script
 
 
 class Workflow:
@@ -220,6 +224,12 @@ def _launch(client: Client, wid: str, flow: dict[str, Any], name: str) -> None:
     _at("launch")
     try:
         run(client.pool, LAUNCH, args)
+    except BatchError as exc:
+        if "already exists" not in str(exc):
+            raise
+        # Launched by an earlier wurk, which held a step with a hold of its own (no guard).
+        log.warning("workflow.launched_before", wid=wid, step=name)
+        run(client.pool, REMOVE, [args[3], LEGACY_STEP_HOLD])
     finally:
         _at("launched")
 
