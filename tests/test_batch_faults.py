@@ -17,15 +17,18 @@ import redis
 import redis.exceptions as rx
 from admin_cli import Cli
 from structlog.testing import capture_logs
+from waiting import wait_for
 
 import wurk
 from tests.faultproxy import FaultProxy
 from wurk.api.batches import BatchStatus
 from wurk.push import batch_step, prepare
+from wurk.push.job import JobFunction
 from wurk.redis.apool import AsyncRedisPool
 from wurk.redis.pool import RedisPool
 from wurk.settings.config import Config
 
+Define = Callable[..., JobFunction[..., Any]]
 cli = admin_cli.cli
 keep_logging = admin_cli.keep_logging
 
@@ -216,3 +219,23 @@ def test_the_async_client_keeps_lock_and_count_when_the_outcome_is_unknown(
     assert queued_args(r) == ["landed"]
     assert r.hget(f"b-{batch.bid}", "total") == "1"
     assert len(list(r.scan_iter("unique:*"))) == 1
+
+
+def test_an_operator_forgets_a_job_counted_but_never_written(
+        r: redis.Redis, config: Config, cli: Cli, define: Define,
+        launch: Callable[..., Any]) -> None:
+    done = define(lambda status: r.rpush("fired", status["bid"]))
+    client = wurk.Client(config, buffered=True, drain_spool=False)
+    batch = wurk.Batch("dropped", on_success=done, client=client)
+    batch.push({"class": "Echo", "args": ["gone"], "jid": "gone00000000000000000001"})
+    r.delete("queue:default")  # as if its write had been dropped after the count
+    batch.commit()
+    assert BatchStatus.read(batch.bid, config=config).pending_jids == [
+        "gone00000000000000000001"]
+    assert cli("batches", "forget", batch.bid, "gone00000000000000000001").code == 2  # --yes
+    assert cli("batches", "forget", batch.bid, batch._hold or "hold:x", "--yes").code == 2
+    shown = cli("batches", "forget", batch.bid, "gone00000000000000000001", "--yes", "--json")
+    assert shown.code == 0 and shown.json == {"bid": batch.bid, "forgotten": 1}
+    launch()
+    wait_for(lambda: r.llen("fired") == 1, what="the success callback")
+    assert r.lrange("fired", 0, -1) == [batch.bid]

@@ -11,7 +11,10 @@ Duties:
    (unfinished and no progress for ``abandoned_after`` seconds).
 2. :class:`BatchSet`: the ``batches`` index, newest first; a bid whose
    record expired is skipped.
-3. Read everything from Redis as untrusted: a key of the wrong type or a
+3. :meth:`BatchSet.forget`: an operator's way out for a job counted into
+   a batch but never written (a buffered push dropped after its count, a
+   give-back that failed): uncount it, so the batch can finish.
+4. Read everything from Redis as untrusted: a key of the wrong type or a
    field that is not a number is reported in ``problems``, never raised.
 """
 
@@ -19,7 +22,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +30,7 @@ from wurk.api.common import hash_items, resolve, text, to_float, to_int
 from wurk.redis.pools import pool_for
 from wurk.settings.config import Config
 from wurk.wire import batch as wire
+from wurk.wire.batch_lua import REMOVE
 
 FAILURE_PAGE = 100
 
@@ -101,6 +105,19 @@ class BatchSet:
                 if status.exists:
                     yield status
             offset += len(page)
+
+    def forget(self, bid: str, jids: Sequence[str]) -> int:
+        """Uncount ``jids`` from batch ``bid`` (Lua ``batch_remove``, which then
+        settles it: its callbacks may fire now); how many were pending. Only for
+        jobs that are nowhere in Redis: one that still runs later is not counted."""
+        if not wire.valid_bid(bid):
+            raise ValueError(f"a bid is a string of 1 to {wire.MAX_BID} characters, got {bid!r}")
+        bad = [j for j in jids if not isinstance(j, str) or not j
+               or j.startswith(wire.HOLD_PREFIX)]
+        if bad or not jids:
+            raise ValueError(f"give the jids to forget (a builder's hold is not one): {bad!r}")
+        return int(pool_for(self.config).run(lambda c: REMOVE.run(c, [], [bid, *jids]),
+                                             idempotent=True))
 
     def get(self, bid: str) -> BatchStatus:
         """The status of ``bid`` (``exists`` False when it has no record)."""
