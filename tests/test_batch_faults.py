@@ -152,6 +152,11 @@ def test_a_finished_batch_refuses_the_whole_write_with_nothing_written(
     with pytest.raises(batch_step.BatchError, match="already succeeded"):
         batch_step.write(prepare.as_push(jobs), (p for p, _ in jobs), client.pool)
     assert r.llen("queue:default") == 0 and r.hget(f"b-{live.bid}", "total") == "0"
+    # A count that is not a number would fail mid-write: refused before anything.
+    r.hset(f"b-{live.bid}", "total", "garbage")
+    with pytest.raises(batch_step.BatchError, match="not a number"):
+        live.push({"class": "Echo", "args": [3]})
+    assert r.llen("queue:default") == 0 and r.scard(f"b-{live.bid}-jids") == 1  # the hold
     # A missing batch refuses a strict push (from wurk.Batch) the same way.
     r.delete(f"b-{live.bid}")
     with pytest.raises(batch_step.BatchError, match="does not exist"):

@@ -109,6 +109,11 @@ for _ = 1, nb do
     return redis.error_reply("WURKBATCH batch " .. bid ..
                              " already succeeded: no jobs can join it")
   else
+    for _, v in ipairs(redis.call("hmget", k(bid), "total", "pending")) do
+      if v and not string.match(v, "^%-?%d+$") then  -- HINCRBY would fail mid-write
+        return redis.error_reply("WURKBATCH " .. k(bid) .. " holds a count that is not a number")
+      end
+    end
     groups[#groups + 1] = {bid, jids}
   end
 end
