@@ -1,6 +1,6 @@
 """What a batch costs per job: plain jobs vs batch jobs, pushed and run, paired in one run.
 
-    python bench/batch_overhead.py [--jobs 5000] [--rounds 5] [--concurrency 5]
+    python bench/batch_overhead.py [--jobs 5000] [--rounds 5] [--concurrency 5] [--buffered]
 
 Starts a private redis-server (loopback, free port, no persistence). Each
 round, alternating which goes first, it
@@ -17,6 +17,10 @@ server counts socket reads (``total_reads_processed``; a pipeline or a
 script is one), scripts (EVALSHA) per job and the server's time per
 script (``cmdstat_evalsha``). Medians over the rounds and
 the median of the paired per-round differences.
+
+By default the client writes plainly: a batch job's count travels in the
+script that writes it. ``--buffered`` uses the buffered client
+(``reliable_push``), which counts first, one more round trip.
 """
 
 from __future__ import annotations
@@ -119,9 +123,11 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=5000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--concurrency", type=int, default=5)
+    parser.add_argument("--buffered", action="store_true",
+                        help="push through the buffered client (reliable_push)")
     opts = parser.parse_args()
     with redis_server() as server, redis.Redis.from_url(server.url) as r:
-        config = wurk.Config(redis_url=server.url, log_level="warning", reliable_push=False,
+        config = wurk.Config(redis_url=server.url, log_level="warning", reliable_push=opts.buffered,
                              concurrency=opts.concurrency, fetch_timeout=0.2,
                              heartbeat_interval=1.0)
         wurk.configure(config)

@@ -17,6 +17,7 @@ import redis
 import wurk
 from wurk.push.client import Client
 from wurk.push.unique import UniqueKeyError
+from wurk.redis.policy import ConnectError
 from wurk.settings.config import Config
 from wurk.wire import unique
 from wurk.wire.unique import canonical, lock_key
@@ -270,7 +271,7 @@ def test_a_push_whose_write_fails_gives_its_lock_back(
     client = Client(config, buffered=False)
 
     def refused(*args: Any, **kwargs: Any) -> None:
-        raise redis.ConnectionError("the write was lost")
+        raise ConnectError("cannot connect: nothing was sent")
 
     monkeypatch.setattr(client, "_write_mixed", refused)
     enqueuer = job.set(client=client)
@@ -281,6 +282,24 @@ def test_a_push_whose_write_fails_gives_its_lock_back(
     assert locks(r) == []
     monkeypatch.undo()
     assert enqueuer.perform_async(1) is not None  # not refused as its own duplicate
+
+
+def test_a_push_whose_write_may_have_landed_keeps_its_lock(
+        config: Config, r: redis.Redis, define: Define, monkeypatch: pytest.MonkeyPatch) -> None:
+    job = define(lambda a: None, unique_for=30)
+    client = Client(config, buffered=False)
+
+    def lost(*args: Any, **kwargs: Any) -> None:
+        raise redis.ConnectionError("the connection broke after sending")
+
+    monkeypatch.setattr(client, "_write_mixed", lost)
+    enqueuer = job.set(client=client)
+    with pytest.raises(redis.ConnectionError):
+        enqueuer.perform_async(1)
+    # The job may be queued: a retry must be refused as its duplicate, not written twice.
+    assert len(locks(r)) == 1
+    monkeypatch.undo()
+    assert enqueuer.perform_async(1) is None
 
 
 def test_a_bulk_batch_a_middleware_fails_takes_no_lock(

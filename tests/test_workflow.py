@@ -213,22 +213,20 @@ def test_an_advance_that_dies_mid_launch_is_replayed_without_a_double_push(
     second = define(lambda n: r.incr("second"))
     wid = wurk.Workflow(wurk.step(first, name="one")
                         >> wurk.group(second, [[1], [2], [3]], name="two")).start()
-    real_run = workflow_module.run
 
-    def dies_before_letting_go(pool: Any, script: Any, args: list[Any]) -> Any:
-        if args[0] == f"{wid}.1":
-            raise ConnectionError("killed between the push and the commit")
-        return real_run(pool, script, args)
-    monkeypatch.setattr(workflow_module, "run", dies_before_letting_go)
+    def dies_after_the_launch(point: str) -> None:
+        if point == "launched":
+            raise ConnectionError("killed after the launch, before the advance finished")
+    monkeypatch.setattr(workflow_module, "_hook", dies_after_the_launch)
     with pytest.raises(ConnectionError):
         advance({}, wid, "one", "success")  # as if step one had succeeded
-    monkeypatch.setattr(workflow_module, "run", real_run)
+    monkeypatch.setattr(workflow_module, "_hook", None)
     pushed = [json.loads(x) for x in r.lrange("queue:default", 0, -1)]
     assert sum(p["class"] == second.name for p in pushed) == 3
     advance({}, wid, "one", "success")  # the rerun after recovery: same bid, jids, no push
     again = [json.loads(x) for x in r.lrange("queue:default", 0, -1)]
     assert sorted(p["jid"] for p in again) == sorted(p["jid"] for p in pushed)
-    assert r.scard(f"b-{wid}.1-jids") == 3  # the hold is gone, the three jobs counted once
+    assert r.scard(f"b-{wid}.1-jids") == 3  # the three jobs, counted once
     launch()
     assert finished(wid).state == "succeeded"
     # Step one's own job still runs (its end was faked above): its callback is a replay.

@@ -1,4 +1,4 @@
-"""``wurk batches [list | show BID] [--limit N] [--abandoned-after SECONDS]``.
+"""``wurk batches [list | show BID | forget BID JID...] [--limit N] [--abandoned-after S] [--yes]``.
 
 Duties:
 1. ``list`` (the default): the newest batches still in Redis (at most
@@ -7,6 +7,8 @@ Duties:
    dead jids, parent and children, callbacks and when each fired, workflow
    data, time left, and any problem found reading it. Exit 1 when the batch
    has no record (never made, or expired), so a script can test it.
+3. ``forget BID JID...``: uncount jobs the batch waits on that were never
+   written (``--yes`` off a terminal); the batch may then finish.
 """
 
 from __future__ import annotations
@@ -23,9 +25,12 @@ Payload = dict[str, Any]
 
 
 def arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("action", nargs="?", choices=("list", "show"), default="list",
-                        help="what to do (default: list)")
-    parser.add_argument("bid", nargs="?", metavar="BID", help="the batch id (for show)")
+    parser.add_argument("action", nargs="?", choices=("list", "show", "forget"),
+                        default="list", help="what to do (default: list)")
+    parser.add_argument("bid", nargs="?", metavar="BID", help="the batch id (show, forget)")
+    parser.add_argument("jids", nargs="*", metavar="JID",
+                        help="forget: jobs counted in the batch but never written")
+    parser.add_argument("--yes", action="store_true", help="forget without asking")
     parser.add_argument("--limit", type=int, default=100,
                         help="list at most this many batches (default 100)")
     parser.add_argument("--abandoned-after", type=float, default=wire.ABANDONED_AFTER,
@@ -43,13 +48,28 @@ def run(ctx: Context, args: argparse.Namespace) -> int | None:
                  render_list)
         return None
     if not args.bid:
-        raise UsageError("usage: wurk batches show BID")
+        raise UsageError("usage: wurk batches show BID | forget BID JID...")
     if not wire.valid_bid(args.bid):
         raise UsageError(f"BID must be 1 to {wire.MAX_BID} characters")
+    if args.action == "forget":
+        return _forget(ctx, batches, args)
     status = batches.get(args.bid)
     ctx.emit({"batch": status.as_dict() if status.exists else None, "bid": args.bid},
              render_show)
     return None if status.exists else 1
+
+
+def _forget(ctx: Context, batches: BatchSet, args: argparse.Namespace) -> int | None:
+    if not args.jids or any(j.startswith(wire.HOLD_PREFIX) for j in args.jids):
+        raise UsageError("usage: wurk batches forget BID JID... (jobs, not holds)")
+    if not args.yes:
+        ctx.confirm(f"uncount {len(args.jids)} job(s) from batch {args.bid}? Only for jobs "
+                    "that were never written: the batch may finish now",
+                    what="forget uncounts jobs")
+    forgotten = batches.forget(args.bid, list(args.jids))
+    ctx.emit({"bid": args.bid, "forgotten": forgotten},
+             lambda p, now: [f"batch {p['bid']}: {p['forgotten']} job(s) uncounted"])
+    return None
 
 
 def _summary(status: BatchStatus) -> Payload:
@@ -80,6 +100,9 @@ def render_show(payload: Payload, now: float) -> list[str]:
         ("children", ", ".join(b["children"]) or "-"), ("fired", fired),
         ("expires in", f"{b['ttl']}s" if b["ttl"] >= 0 else "-"),
     ])
+    if b["pending_jids"]:
+        lines.append("waiting on: " + ", ".join(b["pending_jids"][:20])
+                     + (" ..." if len(b["pending_jids"]) > 20 else ""))
     if b["aborted"]:
         lines.append(f"aborted: {printable(b['aborted'])}")
     for failure in b["failed"]:

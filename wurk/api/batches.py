@@ -3,13 +3,18 @@
 Duties:
 1. :class:`BatchStatus`: one batch read in one round trip: counts,
    failures with their jids and errors (the first FAILURE_PAGE of them),
-   dead jids, children, parent, callbacks and when each fired, workflow
-   data, and a ``state``: building (a builder still holds it), running,
+   the jids still pending (a page: the jobs the batch waits on, such as
+   one whose write's outcome was unknown), dead jids, children, parent,
+   callbacks and when each fired, workflow data, and a ``state``:
+   building (a builder still holds it), running,
    complete, success, aborted (its builder's block raised), or abandoned
    (unfinished and no progress for ``abandoned_after`` seconds).
 2. :class:`BatchSet`: the ``batches`` index, newest first; a bid whose
    record expired is skipped.
-3. Read everything from Redis as untrusted: a key of the wrong type or a
+3. :meth:`BatchSet.forget`: an operator's way out for a job counted into
+   a batch but never written (a buffered push dropped after its count, a
+   give-back that failed): uncount it, so the batch can finish.
+4. Read everything from Redis as untrusted: a key of the wrong type or a
    field that is not a number is reported in ``problems``, never raised.
 """
 
@@ -17,7 +22,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +30,7 @@ from wurk.api.common import hash_items, resolve, text, to_float, to_int
 from wurk.redis.pools import pool_for
 from wurk.settings.config import Config
 from wurk.wire import batch as wire
+from wurk.wire.batch_lua import REMOVE
 
 FAILURE_PAGE = 100
 
@@ -41,6 +47,7 @@ class BatchStatus:
     failures: int = 0
     failed: list[dict[str, Any]] = field(default_factory=list)  # jid, class, message
     dead_jids: list[str] = field(default_factory=list)
+    pending_jids: list[str] = field(default_factory=list)  # a page of them, holds left out
     dead: int = 0
     parent_bid: str | None = None
     children: list[str] = field(default_factory=list)
@@ -99,6 +106,19 @@ class BatchSet:
                     yield status
             offset += len(page)
 
+    def forget(self, bid: str, jids: Sequence[str]) -> int:
+        """Uncount ``jids`` from batch ``bid`` (Lua ``batch_remove``, which then
+        settles it: its callbacks may fire now); how many were pending. Only for
+        jobs that are nowhere in Redis: one that still runs later is not counted."""
+        if not wire.valid_bid(bid):
+            raise ValueError(f"a bid is a string of 1 to {wire.MAX_BID} characters, got {bid!r}")
+        bad = [j for j in jids if not isinstance(j, str) or not j
+               or j.startswith(wire.HOLD_PREFIX)]
+        if bad or not jids:
+            raise ValueError(f"give the jids to forget (a builder's hold is not one): {bad!r}")
+        return int(pool_for(self.config).run(lambda c: REMOVE.run(c, [], [bid, *jids]),
+                                             idempotent=True))
+
     def get(self, bid: str) -> BatchStatus:
         """The status of ``bid`` (``exists`` False when it has no record)."""
         if not wire.valid_bid(bid):
@@ -109,7 +129,8 @@ class BatchSet:
                     ("SCARD", wire.key(bid, wire.DIED)),
                     ("SSCAN", wire.key(bid, wire.DIED), 0, "COUNT", FAILURE_PAGE),
                     ("SSCAN", wire.key(bid, wire.KIDS), 0, "COUNT", 1000),
-                    ("TTL", wire.key(bid))]
+                    ("TTL", wire.key(bid)),
+                    ("SSCAN", wire.key(bid, wire.PENDING), 0, "COUNT", FAILURE_PAGE)]
         replies = pool_for(self.config).run(
             lambda c: c.pipeline(commands, raise_on_error=False), idempotent=True)
         return _status(bid, replies, time.time(), self.abandoned_after)
@@ -125,7 +146,8 @@ def _checked(reply: Any, name: str, problems: list[str]) -> Any:
 def _status(bid: str, replies: list[Any], now: float, abandoned_after: float) -> BatchStatus:
     problems: list[str] = []
     got = [_checked(reply, name, problems) for reply, name in zip(
-        replies, ("b-<bid>", "-jids", "-failed", "-failinfo", "-died", "-died", "-kids", "ttl"),
+        replies, ("b-<bid>", "-jids", "-failed", "-failinfo", "-died", "-died", "-kids", "ttl",
+                              "-jids"),
         strict=True)]
     fields = {text(k): text(v) for k, v in hash_items(got[0] or [])}
     if not fields:
@@ -140,6 +162,8 @@ def _status(bid: str, replies: list[Any], now: float, abandoned_after: float) ->
         total=_number(fields, "total", problems), pending=pending, failures=to_int(got[2]),
         failed=_failures(got[3], problems), dead=to_int(got[4]),
         dead_jids=sorted(text(j) for j in _page(got[5])),
+        pending_jids=sorted(j for j in (text(m) for m in _page(got[8]))
+                            if not j.startswith(wire.HOLD_PREFIX)),
         parent_bid=fields.get("parent_bid") or None,
         children=sorted(text(k) for k in _page(got[6])),
         callbacks=_json(fields.get("callbacks"), {}, "callbacks", problems),

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from wurk.core.logging import get_logger
 from wurk.core.threads import describe
-from wurk.push import middleware, prepare
+from wurk.push import batch_step, middleware, prepare
 from wurk.push.abuffered import AsyncPushBuffer
 from wurk.push.buffered import PendingPush
 from wurk.push.confirmed import ConfirmedPush, ConfirmedWriter, PushNotConfirmedError
@@ -56,6 +56,7 @@ from wurk.redis.apool import AsyncRedisPool
 from wurk.redis.pools import pool_for
 from wurk.settings.config import Config, default_config
 from wurk.settings.hooks import ClientMiddleware
+from wurk.wire.batch import FIELD as BATCH_FIELD
 
 if TYPE_CHECKING:
     from wurk.push.options import JobOptions
@@ -187,13 +188,22 @@ class AsyncClient:
         """The built-in steps, then the write; what the steps took is given back on
         failure. Returns the payloads written."""
         admitted: list[Prepared] = []
+        sent = False
+        # A plain write counts batch jobs in the write itself (batch_step.awrite).
+        skip = (BATCH_FIELD,) if self.buffer is None and self.confirmed is None else ()
         try:
-            admitted = await middleware.aadmit(batch, self.pool, self._sync_pool)
+            admitted = await middleware.aadmit(batch, self.pool, self._sync_pool, skip)
             if admitted:
-                await self._write(prepare.as_push(admitted))
-        except BaseException:
+                sent = True
+                if skip and any(BATCH_FIELD in p for p, _ in admitted):
+                    await batch_step.awrite(prepare.as_push(admitted),
+                                            (p for p, _ in admitted), self.pool)
+                else:
+                    await self._write(prepare.as_push(admitted))
+        except BaseException as exc:
             await middleware.aunwritten((p for p, _ in admitted or batch), self.pool,
-                                        self._sync_pool)
+                                        self._sync_pool, skip=skip,
+                                        written_error=exc if sent else None)
             raise
         return admitted
 

@@ -99,7 +99,7 @@ class Batch:
                  on_success: Any = None, on_death: Any = None, parent: Any = _CURRENT,
                  callback_queue: str | None = None, workflow: Any = None,
                  expires_in: float = wire.EXPIRY, client: Client | None = None,
-                 _fixed: tuple[str, str] | None = None) -> None:
+                 _fixed: tuple[str, str] | None = None, _write: bool = True) -> None:
         self.client = client or Client.default()
         if description is not None and not isinstance(description, str):
             raise BatchError(f"description must be a str, got {type(description).__name__}")
@@ -111,7 +111,9 @@ class Batch:
             raise BatchError(f"expires_in must be 1 to {wire.MAX_EXPIRY} seconds, "
                              f"got {expires_in!r}")
         self.parent_bid = _parent_bid(parent)
-        # _fixed (bid, hold): wurk.push.workflow's replayable creation (CREATE is then a replay).
+        # _fixed (bid, hold): wurk.push.workflow's replayable creation (CREATE is then a
+        # replay); with _write False nothing is written: the workflow launches it in one
+        # script (Lua batch_launch) from create_args.
         self.bid = _fixed[0] if _fixed else secrets.token_urlsafe(10)  # as Sidekiq Pro makes one
         self.description = description
         fields: dict[str, str] = {"description": description or "", "expires_in":
@@ -123,12 +125,16 @@ class Batch:
                 raise BatchError(f"workflow data must be JSON: {exc}") from None
         self._set_callbacks(fields, callback_queue, on_complete=on_complete,
                             on_success=on_success, on_death=on_death)
-        self._hold: str | None = _fixed[1] if _fixed else wire.HOLD_PREFIX + secrets.token_hex(8)
-        args: list[Any] = [self.bid, self.parent_bid or "", self._hold, int(expires_in),
-                           _prune_before()]
+        self._hold: str | None = ((_fixed[1] or None) if _fixed
+                                  else wire.HOLD_PREFIX + secrets.token_hex(8))
+        # [bid, parent, hold, expires_in, prune score, field, value, ...]: Lua batch_create's
+        # ARGV, also what wurk.push.workflow's one-script launch creates the batch with.
+        self.create_args: list[Any] = [self.bid, self.parent_bid or "", self._hold or "",
+                                       int(expires_in), _prune_before()]
         for name, value in fields.items():
-            args += [name, value]
-        run(self.client.pool, CREATE, args)
+            self.create_args += [name, value]
+        if _write:
+            run(self.client.pool, CREATE, self.create_args)
         self._created = True
         self._token: contextvars.Token[tuple[Batch, ...]] | None = None
 

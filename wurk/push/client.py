@@ -7,8 +7,9 @@ Duties:
    each through the client middleware chain (:mod:`wurk.push.middleware`)
    first, which may change or stop it, then through the built-in steps
    (``admit``: unique jobs' locks) just before the write; what those took
-   for a payload that is not written after all is given back
-   (``unwritten``).
+   for a payload that is provably not written after all is given back
+   (``unwritten``). A plain write of jobs of a batch counts them in the
+   same script (:func:`wurk.push.batch_step.write`).
 2. Refuse non-JSON arguments before anything reaches Redis, and in
    ``push_bulk`` arguments that do not fit a job this process defines.
 3. Declare apply-safety: an immediate push (SADD + LPUSH) is never replayed
@@ -28,7 +29,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from wurk.push import middleware, prepare
+from wurk.push import batch_step, middleware, prepare
 from wurk.push.buffered import PendingPush, PushBuffer
 from wurk.push.confirmed import ConfirmedWriter, PushNotConfirmedError
 from wurk.push.prepare import BULK_BATCH, Prepared
@@ -38,6 +39,7 @@ from wurk.redis.pools import pool_for
 from wurk.settings.config import Config, default_config
 from wurk.settings.hooks import ClientMiddleware
 from wurk.wire import keys
+from wurk.wire.batch import FIELD as BATCH_FIELD
 
 __all__ = ["BULK_BATCH", "Client", "PushNotConfirmedError", "forget_default_client"]
 
@@ -63,6 +65,8 @@ class Client:
         self.confirmed = (ConfirmedWriter(replicas, self.config.push_replicas_timeout,
                                           self.config.redis_read_timeout)
                           if replicas else None)
+        # A plain write counts batch jobs itself: the built-in batch step is skipped.
+        self._skip = (BATCH_FIELD,) if self.buffer is None and self.confirmed is None else ()
         if drain_spool:
             drain_at_start(self.config, self.pool)
 
@@ -103,12 +107,15 @@ class Client:
         prepared = self._through_middleware(self.normalise(item, now), now)
         if not isinstance(prepared, tuple):
             return prepared  # None (stopped) or the jid of a deferred push
+        sent = False
         try:
-            if not middleware.admit([prepared], lambda: self.pool):
+            if not middleware.admit([prepared], lambda: self.pool, self._skip):
                 return None
+            sent = True
             self._write_mixed([prepared])
-        except BaseException:
-            middleware.unwritten([prepared[0]], self.pool)
+        except BaseException as exc:
+            middleware.unwritten([prepared[0]], self.pool, skip=self._skip,
+                                 written_error=exc if sent else None)
             raise
         return str(prepared[0]["jid"])
 
@@ -125,14 +132,17 @@ class Client:
         for items in prepare.bulk_slices(item, now, self.config.timestamps):
             bulk = prepare.BulkSlice()
             batch: list[Prepared] = []
+            sent = False
             try:
                 for one in items:
                     bulk.add(self._through_middleware(self.normalise(one, now), now))
-                batch = middleware.admit(bulk.batch, lambda: self.pool)
+                batch = middleware.admit(bulk.batch, lambda: self.pool, self._skip)
                 if batch:
+                    sent = True
                     self._write_mixed(batch)
-            except BaseException:
-                middleware.unwritten((p for p, _ in batch or bulk.batch), self.pool)
+            except BaseException as exc:
+                middleware.unwritten((p for p, _ in batch or bulk.batch), self.pool,
+                                     skip=self._skip, written_error=exc if sent else None)
                 raise
             jids.extend(bulk.jids(batch))
         return jids
@@ -140,6 +150,13 @@ class Client:
     # -- building payloads ----------------------------------------------
     def normalise(self, item: Mapping[str, Any], now: float) -> Prepared:
         return prepare.normalise(item, now, self.config.timestamps)
+
+    def prepared(self, item: Mapping[str, Any]) -> Prepared | str | None:
+        """``item`` as a push would write it, through the client middleware (None:
+        stopped; a str: a deferred push's jid): for a writer of its own, such as
+        a workflow's one-script launch (:mod:`wurk.push.workflow`)."""
+        now = time.time()
+        return self._through_middleware(self.normalise(item, now), now)
 
     def _through_middleware(self, prepared: Prepared, now: float) -> Prepared | str | None:
         chain = self.config.client_middleware if self._middleware is None else self._middleware
@@ -152,6 +169,9 @@ class Client:
             self._write_confirmed(self.confirmed, batch)
             return
         content = prepare.as_push(batch)
+        if self.buffer is None and any(BATCH_FIELD in p for p, _ in batch):
+            batch_step.write(content, (p for p, _ in batch), self.pool)
+            return
         commands, idempotent = prepare.plain_commands(content)
         if self.buffer is None:
             self.pool.pipeline(commands, idempotent=idempotent)

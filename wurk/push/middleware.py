@@ -22,8 +22,11 @@ Duties:
    payload without such a field costs a dict lookup per built-in.
 4. ``unwritten``: when payloads that went through ``admit`` are not written
    after all (the write raised), let each built-in give back what it took
-   for them (the unique lock), so a push the caller tries again is not
-   refused as its own duplicate.
+   for them (the unique lock, a batch count), so a push the caller tries
+   again is not refused as its own duplicate. When the write's outcome is
+   unknown (:func:`outcome_unknown`: the connection broke after sending),
+   the jobs may have landed: nothing is given back (a lock then expires
+   on its own, a batch stays pending until the job runs), and it is logged.
 5. ``aadmit`` and ``aunwritten``: the same built-in steps for the asyncio
    client (:mod:`wurk.push.aclient`), awaited on its pool; a step with no
    async form runs its sync one on a worker thread, off the event loop. The
@@ -41,6 +44,8 @@ from typing import Any, Literal
 from wurk.core.logging import get_logger
 from wurk.core.threads import describe
 from wurk.push import batch_step, unique
+from wurk.push.confirmed import PushNotConfirmedError
+from wurk.redis.policy import ErrorKind, PoolExhausted, classify
 from wurk.settings.hooks import ClientMiddleware
 from wurk.wire.batch import FIELD as BATCH_FIELD
 from wurk.wire.unique import FOR as UNIQUE_FOR
@@ -63,7 +68,8 @@ class BuiltIn:
 # Run after the application's chain, so the lock is taken on the arguments as
 # they will be written, just before the write. A batch counts its jobs last,
 # so a duplicate the unique step refused is never counted. The batch step has
-# no async form: the asyncio client runs it on a worker thread.
+# no async form: the asyncio client runs it on a worker thread. A client that
+# writes plainly skips the batch step (``skip``): it counts in the write itself.
 BUILT_IN: tuple[BuiltIn, ...] = (
     BuiltIn(UNIQUE_FOR, unique.admit, unique.give_back, unique.aadmit, unique.agive_back),
     BuiltIn(BATCH_FIELD, batch_step.admit, batch_step.give_back),
@@ -129,10 +135,14 @@ def invoke(chain: Sequence[ClientMiddleware], payload: dict[str, Any], redis: An
     return reached_end
 
 
-def admit(batch: list[Prepared], redis: Callable[[], Any]) -> list[Prepared]:
+def admit(batch: list[Prepared], redis: Callable[[], Any],
+          skip: Sequence[str] = ()) -> list[Prepared]:
     """The payloads of ``batch`` the built-in steps let through, in order;
-    ``redis()`` gives the pool, asked for only when a step has work."""
+    ``redis()`` gives the pool, asked for only when a step has work. The
+    steps whose field is in ``skip`` do not run."""
     for built_in in BUILT_IN:
+        if built_in.field in skip:
+            continue
         mine = _carrying(batch, built_in.field)
         if mine:
             batch = _without_refused(batch, mine,
@@ -140,12 +150,12 @@ def admit(batch: list[Prepared], redis: Callable[[], Any]) -> list[Prepared]:
     return batch
 
 
-async def aadmit(batch: list[Prepared], redis: Any,
-                 sync_redis: Callable[[], Any]) -> list[Prepared]:
+async def aadmit(batch: list[Prepared], redis: Any, sync_redis: Callable[[], Any],
+                 skip: Sequence[str] = ()) -> list[Prepared]:
     """:func:`admit` for the asyncio client: each step through its pool
     (``redis``), or a step with no async form on a thread with ``sync_redis()``."""
     for built_in in BUILT_IN:
-        mine = _carrying(batch, built_in.field)
+        mine = [] if built_in.field in skip else _carrying(batch, built_in.field)
         if not mine:
             continue
         chosen = [batch[i] for i in mine]
@@ -170,10 +180,37 @@ def _without_refused(batch: list[Prepared], mine: list[int],
     return [job for i, job in enumerate(batch) if i not in refused] if refused else batch
 
 
-def unwritten(payloads: Iterable[dict[str, Any]], redis: Any) -> None:
+def outcome_unknown(exc: BaseException) -> bool:
+    """Whether a write that raised ``exc`` may have landed: the connection broke
+    after sending (or the process was interrupted mid-write), or a confirmed
+    write reached the primary but not its replicas."""
+    if isinstance(exc, PushNotConfirmedError) or not isinstance(exc, Exception):
+        return True
+    return not isinstance(exc, PoolExhausted) and classify(exc) is ErrorKind.IO
+
+
+def _kept(payloads: Iterable[dict[str, Any]], error: BaseException | None) -> bool:
+    """True (and logged) when the write failed with ``error`` and may have landed."""
+    if error is None or not outcome_unknown(error):
+        return False
+    chosen = list(payloads)
+    log.warning("client.write_outcome_unknown", jids=[p.get("jid") for p in chosen][:10],
+                count=len(chosen), error=describe(error),
+                bids=sorted({str(p[BATCH_FIELD]) for p in chosen if BATCH_FIELD in p})[:10],
+                kept="unique locks and batch counts (the jobs may have landed)")
+    return True
+
+
+def unwritten(payloads: Iterable[dict[str, Any]], redis: Any, *, skip: Sequence[str] = (),
+              written_error: BaseException | None = None) -> None:
     """Give back what built-ins took for payloads that were not written. Raises nothing:
-    the caller is already raising the reason the push failed."""
-    for built_in, mine in _taken(payloads):
+    the caller is already raising the reason the push failed. ``written_error``:
+    the write itself failed with it; when its outcome is unknown, nothing is
+    given back. The steps whose field is in ``skip`` took nothing."""
+    payloads = list(payloads)
+    if _kept(payloads, written_error):
+        return
+    for built_in, mine in _taken(payloads, skip):
         try:
             built_in.give_back(mine, redis)
         except Exception as exc:  # noqa: BLE001 - what was taken expires on its own
@@ -181,9 +218,13 @@ def unwritten(payloads: Iterable[dict[str, Any]], redis: Any) -> None:
 
 
 async def aunwritten(payloads: Iterable[dict[str, Any]], redis: Any,
-                     sync_redis: Callable[[], Any]) -> None:
+                     sync_redis: Callable[[], Any], *, skip: Sequence[str] = (),
+                     written_error: BaseException | None = None) -> None:
     """:func:`unwritten` for the asyncio client (as :func:`aadmit` picks its pools)."""
-    for built_in, mine in _taken(payloads):
+    payloads = list(payloads)
+    if _kept(payloads, written_error):
+        return
+    for built_in, mine in _taken(payloads, skip):
         try:
             if built_in.agive_back is not None:
                 await built_in.agive_back(mine, redis)
@@ -193,10 +234,13 @@ async def aunwritten(payloads: Iterable[dict[str, Any]], redis: Any,
             _give_back_failed(built_in, mine, exc)
 
 
-def _taken(payloads: Iterable[dict[str, Any]]) -> Iterator[tuple[BuiltIn, list[dict[str, Any]]]]:
+def _taken(payloads: Iterable[dict[str, Any]],
+           skip: Sequence[str]) -> Iterator[tuple[BuiltIn, list[dict[str, Any]]]]:
     """Each built-in with the payloads that carry its field (skipping those with none)."""
     chosen = list(payloads)
     for built_in in BUILT_IN:
+        if built_in.field in skip:
+            continue
         mine = [payload for payload in chosen if built_in.field in payload]
         if mine:
             yield built_in, mine

@@ -11,14 +11,17 @@ once, the advance job moves the workflow on.
 
 Duties:
 1. :class:`Workflow`: check everything before the first write; ``start``
-   makes the root batch and the workflow's keys (:mod:`wurk.wire.workflow`),
-   launches the first steps and returns the workflow id (the root's bid).
+   makes the root batch and the workflow's keys (:mod:`wurk.wire.workflow`)
+   and launches the first steps in one MULTI/EXEC of guarded scripts (all
+   or nothing, safe to send again), and returns the workflow id (the
+   root's bid, fixed when the object is made).
 2. :func:`advance` (the internal job): record the step's end once (Lua
    ``workflow_end``), launch each step it released, unless the "stop"
    policy stopped the workflow; when every step is resolved, write the
-   final state once and drop the root's hold. Idempotent: a rerun after a
-   SIGKILL finds the end recorded and re-launches only what it owns, with
-   the same bids, hold and jids, so nothing runs twice.
+   final state and drop the root's hold. A launch is one script (Lua
+   ``batch_launch``: the step's batch, its jobs counted and written, its
+   guard), so a rerun after a SIGKILL finds the end recorded and the
+   launch either done (nothing is written again) or not begun.
 3. Pass results: a step with ``results=True`` gets, as first argument, the
    result of the step before it (a list for a group) or a dict by step name
    when it waits for several; those steps' jobs are pushed with
@@ -31,14 +34,17 @@ from __future__ import annotations
 import json
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
+
+import redis.exceptions as rx
 
 from wurk.core.logging import get_logger
 from wurk.push.batch import Batch
-from wurk.push.batch_step import BatchError, run
+from wurk.push.batch_step import BatchError, refusal, run, write_tail
 from wurk.push.client import Client
 from wurk.push.job import job, registry
+from wurk.push.prepare import Prepared, as_push
 from wurk.push.workflow_spec import (
     POLICIES,
     WorkflowError,
@@ -55,12 +61,15 @@ from wurk.wire import batch as batch_wire
 from wurk.wire import results as results_wire
 from wurk.wire import workflow as wire
 from wurk.wire.batch_lua import REMOVE
+from wurk.wire.batch_push_lua import LAUNCH
+from wurk.wire.lua import Script
 from wurk.wire.payload import dumps, new_jid
 
 __all__ = ["Workflow", "WorkflowError", "advance"]
 
 log = get_logger("wurk.workflow")
 _FINAL = ("succeeded", "failed")
+LEGACY_STEP_HOLD = "hold:workflow-step"  # a step's hold before launches were one script
 
 
 class Workflow:
@@ -83,30 +92,46 @@ class Workflow:
         self.definition: dict[str, Any] = {
             "v": 1, "policy": policy, "queue": queue, "result_ttl": result_ttl,
             "description": description or "", "steps": validate(definition(spec))}
-        self.wid: str | None = None
+        self.wid: str | None = None  # set once started
+        self._wid = secrets.token_urlsafe(10)  # fixed now: start() again replays, never forks
 
     def start(self) -> str:
-        """Make the root batch and launch the first steps; the workflow id."""
-        wid = secrets.token_urlsafe(10)
-        steps = self.definition["steps"]
-        Batch(self.definition["description"] or f"workflow {wid}", parent=None,
-              workflow=self.definition, callback_queue=self.definition["queue"],
-              expires_in=self.expires_in, client=self.client, _fixed=(wid, wire.ROOT_HOLD))
-        ttl = int(self.expires_in)
+        """Make the root batch and launch the first steps; the workflow id.
 
+        One MULTI/EXEC of guarded scripts: a crash before it leaves nothing,
+        after it everything; a lost reply is replayed (each part finds its
+        guard and writes nothing twice), and so is calling ``start`` again on
+        this object after it raised: the wid is fixed when the object is made.
+        """
+        if self.wid is not None:
+            return self.wid
+        wid, ttl = self._wid, int(self.expires_in)
+        steps = self.definition["steps"]
+        root = Batch(self.definition["description"] or f"workflow {wid}", parent=None,
+                     workflow=self.definition, callback_queue=self.definition["queue"],
+                     expires_in=self.expires_in, client=self.client,
+                     _fixed=(wid, wire.ROOT_HOLD), _write=False)
         now = f"{time.time():.6f}"
-        commands: list[list[Any]] = [["HSET", wire.key(wid), "policy", self.definition["policy"],
-                                      "state", "running", "created_at", now, "description",
-                                      self.definition["description"]]]
+        fields = ["policy", self.definition["policy"], "state", "running",
+                  "description", self.definition["description"]]
         waiting = [x for n, s in steps.items() if s["after"] for x in (n, len(s["after"]))]
-        if waiting:
-            commands.append(["HSET", wire.key(wid, "waiting"), *waiting])
-        commands += [["EXPIRE", name, ttl] for name in wire.all_keys(wid)]
-        commands.append(["ZADD", wire.INDEX, now, wid])
-        self.client.pool.pipeline(commands, idempotent=True)
+        scripts: list[tuple[Script, list[Any]]] = [
+            (wire.INIT, [wid, ttl, now, now, len(fields) // 2, *fields, *waiting]),
+            (LAUNCH, _launch_args(wid, ttl, wire.ROOT_FIELD, root, []))]
+        records: list[tuple[Any, ...]] = []
         for name, body in steps.items():
             if not body["after"]:
-                _launch(self.client, wid, self.definition, name)
+                jids = [new_jid() for _ in body["args"]]
+                args, record = _step(self.client, wid, self.definition, name, None,
+                                     jids=jids, ttl=ttl)
+                scripts.append((LAUNCH, args))
+                records += [("HSETNX", wire.key(wid, "steps"), name, record),
+                            ("HSETNX", wire.key(wid, "jids"), name, dumps(jids))]
+        records += [("EXPIRE", wire.key(wid, part), ttl) for part in ("steps", "jids")]
+        _at("start")
+        _atomically(self.client, [("EVAL", script.source, 0, *args) for script, args in scripts]
+                    + records)
+        _at("started")
         self.wid = wid
         return wid
 
@@ -183,40 +208,92 @@ def _end(client: Client, wid: str, flow: dict[str, Any], name: str, outcome: str
 
 
 def _launch(client: Client, wid: str, flow: dict[str, Any], name: str) -> None:
-    """Launch step ``name``: replayable (fixed bid, hold and jids)."""
-    steps = flow["steps"]
-    body = steps[name]
+    """Launch step ``name``: its batch, its jobs counted and written, in one script,
+    once (the ``launched`` guard); a rerun after a SIGKILL writes nothing twice."""
     ends = client.pool.call("HEXISTS", wire.key(wid, "ends"), name, idempotent=True)
     if ends:
         return
-    _record(client, wid, name, state="launching")
-    jids = _jids(client, wid, name, len(body["args"]))
-    first, error = (_inputs(client, wid, flow, name) if body["results"] else (None, None))
+    first, error = (_inputs(client, wid, flow, name) if flow["steps"][name]["results"]
+                    else (None, None))
     if error is not None:
         _end(client, wid, flow, name, "death", error=error)
         return
-    bid = f"{wid}.{list(steps).index(name)}"
+    jids = _jids(client, wid, name, len(flow["steps"][name]["args"]))
+    args, record = _step(client, wid, flow, name, first, jids=jids, ttl=_ttl(client, wid))
+    client.pool.call("HSET", wire.key(wid, "steps"), name, record, idempotent=True)
+    _at("launch")
     try:
-        step_batch = Batch(f"workflow {wid} step {name}", parent=wid, client=client,
-                           on_success=(wire.ADVANCE, [wid, name, "success"]),
-                           on_death=(wire.ADVANCE, [wid, name, "death"]),
-                           callback_queue=flow["queue"], workflow={"wid": wid, "step": name},
-                           _fixed=(bid, wire.STEP_HOLD))
+        run(client.pool, LAUNCH, args)
     except BatchError as exc:
-        if "already exists" in str(exc):
-            return  # launched and let go by an earlier run of this same advance
-        raise
-    counted = client.pool.call("HGET", batch_wire.key(bid), "total", idempotent=True)
-    if not counted or int(counted) == 0:
-        entry = registry.find(body["job"])
-        fields = entry.options.payload_fields() if entry else {"queue": "default"}
-        if any(steps[n]["results"] for n in successors(steps)[name]):
-            fields["result_ttl"] = flow.get("result_ttl", results_wire.DEFAULT_TTL)
-        for jid, args in zip(jids, body["args"], strict=True):
-            full = [first, *args] if body["results"] else list(args)
-            step_batch.push({**fields, "class": body["job"], "args": full, "jid": jid})
-    _record(client, wid, name, state="running", bid=bid, jobs=len(jids))
-    run(client.pool, REMOVE, [bid, wire.STEP_HOLD])
+        if "already exists" not in str(exc):
+            raise
+        # Launched by an earlier wurk, which held a step with a hold of its own (no guard).
+        log.warning("workflow.launched_before", wid=wid, step=name)
+        run(client.pool, REMOVE, [args[3], LEGACY_STEP_HOLD])
+    finally:
+        _at("launched")
+
+
+def _step(client: Client, wid: str, flow: dict[str, Any], name: str, first: Any, *,
+          jids: list[str], ttl: int) -> tuple[list[Any], str]:
+    """The ``batch_launch`` arguments of step ``name`` and its status record."""
+    steps = flow["steps"]
+    body = steps[name]
+    bid = f"{wid}.{list(steps).index(name)}"
+    step_batch = Batch(f"workflow {wid} step {name}", parent=wid, client=client,
+                       on_success=(wire.ADVANCE, [wid, name, "success"]),
+                       on_death=(wire.ADVANCE, [wid, name, "death"]),
+                       callback_queue=flow["queue"], workflow={"wid": wid, "step": name},
+                       expires_in=ttl, _fixed=(bid, ""), _write=False)
+    entry = registry.find(body["job"])
+    fields = entry.options.payload_fields() if entry else {"queue": "default"}
+    if any(steps[n]["results"] for n in successors(steps)[name]):
+        fields["result_ttl"] = flow.get("result_ttl", results_wire.DEFAULT_TTL)
+    jobs = []
+    for jid, args in zip(jids, body["args"], strict=True):
+        full = [first, *args] if body["results"] else list(args)
+        # Through the client middleware as a push; one that stops a job leaves it out,
+        # one that defers it pushes it later as a job of this batch.
+        got = client.prepared({**fields, "class": body["job"], "args": full, "jid": jid,
+                               batch_wire.FIELD: bid})
+        if isinstance(got, tuple):
+            jobs.append(got)
+    record = dumps({"state": "running", "bid": bid, "jobs": len(jids)})
+    return _launch_args(wid, ttl, name, step_batch, jobs), record
+
+
+def _launch_args(wid: str, ttl: int, field: str, batch: Batch,
+                 jobs: list[Prepared]) -> list[Any]:
+    """ARGV of Lua ``batch_launch``: guard, the batch's creation, its jids, the write."""
+    tail, _ = write_tail(as_push(jobs))
+    made = batch.create_args
+    return [wire.key(wid, "launched"), field, ttl, *made[:5], (len(made) - 5) // 2, *made[5:],
+            len(jobs), *(str(p["jid"]) for p, _ in jobs), *tail]
+
+
+def _ttl(client: Client, wid: str) -> int:
+    """The root's remaining lifetime: a step's batch and guard live no longer."""
+    left = client.pool.call("TTL", batch_wire.key(wid), idempotent=True)
+    return int(left) if isinstance(left, int) and left > 0 else int(batch_wire.EXPIRY)
+
+
+def _atomically(client: Client, commands: list[tuple[Any, ...]]) -> None:
+    """One MULTI/EXEC of guarded (so replayable) commands; a refusal raises."""
+    replies = client.pool.run(lambda c: c.pipeline(commands, transaction=True),
+                              idempotent=True)
+    for reply in replies or []:
+        if isinstance(reply, rx.ResponseError):
+            raise refusal(reply)
+
+
+# A test's hook, called at named points of a launch ("start", "started",
+# "launch", "launched") to stop the process exactly there.
+_hook: Callable[[str], None] | None = None
+
+
+def _at(point: str) -> None:
+    if _hook is not None:
+        _hook(point)
 
 
 def _jids(client: Client, wid: str, name: str, count: int) -> list[str]:
@@ -283,11 +360,14 @@ def _maybe_finish(client: Client, wid: str, flow: dict[str, Any]) -> None:
         return  # released, about to be launched
     failed = any(v == "death" for v in ends.values())
     state = "stopped" if stopped else "failed" if failed else "succeeded"
-    if client.pool.call("HSETNX", wire.key(wid), "finished_at", f"{time.time():.6f}",
-                        idempotent=True):
-        client.pool.call("HSET", wire.key(wid), "state", state, idempotent=True)
-        for name in wire.all_keys(wid):
-            client.pool.call("EXPIRE", name, wire.LINGER, idempotent=True)
+    first = client.pool.call("HSETNX", wire.key(wid), "finished_at", f"{time.time():.6f}",
+                             idempotent=True)
+    # Written by every call, not only the first: the state follows from the ends, so a
+    # rerun after a crash between the HSETNX and here still records it.
+    client.pool.call("HSET", wire.key(wid), "state", state, idempotent=True)
+    for name in wire.all_keys(wid):
+        client.pool.call("EXPIRE", name, wire.LINGER, idempotent=True)
+    if first:
         log.info("workflow.finished", wid=wid, state=state, failed=sorted(
             n for n, v in ends.items() if v == "death"), skipped=sorted(blocked))
     run(client.pool, REMOVE, [wid, wire.ROOT_HOLD])

@@ -3,7 +3,9 @@
 Duties:
 1. ``batch_create``/``batch_hold``/``batch_remove``/``batch_abort``: the
    builder's side: the record, its holds, uncounting, an aborted block.
-2. ``batch_add``: count jobs in before they are pushed.
+2. ``batch_add``: count jobs in before they are pushed (the buffered and
+   confirmed write paths; a plain write counts and pushes in one script,
+   :mod:`wurk.wire.batch_push_lua`).
 3. ``batch_succeeded``/``batch_failed``: the worker's side: count a job out,
    record a failure or a death.
 4. ``settle`` (in every script that can finish a batch): fire what is due,
@@ -183,6 +185,41 @@ local function death(bid)
     if not bid then return end
   end
 end
+-- make batch BID (child of PARENT unless ""), held by HOLD unless "": nil, or the
+-- refusal (nothing written); an existing batch still held by HOLD is a replay
+local function create(bid, parent, hold, ttl, prune, fields)
+  local bad = insane(bid)
+  if bad then return bad end
+  if redis.call("exists", k(bid)) == 1 then
+    if hold ~= "" and redis.call("sismember", k(bid, "jids"), hold) == 1 then return nil end
+    return "WURKBATCH batch " .. bid .. " already exists"
+  end
+  if parent ~= "" then
+    bad = insane(parent)
+    if bad then return bad end
+    if redis.call("exists", k(parent)) == 0 then
+      return "WURKBATCH parent batch " .. parent .. " does not exist (expired?)"
+    end
+    if redis.call("exists", k(parent, "success")) == 1 then
+      return "WURKBATCH parent batch " .. parent .. " already succeeded"
+    end
+    local pttl = redis.call("ttl", k(parent))
+    for _, s in ipairs({"kids", "pkids", "ukids"}) do
+      redis.call("sadd", k(parent, s), bid)
+      if pttl > 0 then redis.call("expire", k(parent, s), pttl) end
+    end
+    redis.call("hincrby", k(parent), "kids", 1)
+    redis.call("hset", k(parent), "updated_at", stamp)
+  end
+  redis.call("hset", k(bid), "created_at", stamp, "updated_at", stamp, "total", 0, "pending", 0,
+             "failures", 0, "kids", 0, "parent_bid", parent, unpack(fields))
+  if hold ~= "" then redis.call("sadd", k(bid, "jids"), hold) end
+  redis.call("expire", k(bid), ttl)
+  redis.call("expire", k(bid, "jids"), ttl)
+  redis.call("zremrangebyscore", INDEX, "-inf", "(" .. prune)
+  redis.call("zadd", INDEX, stamp, bid)
+  return nil
+end
 """ % {  # noqa: UP031 - the Lua source is full of braces
     "queues": keys.QUEUES, "qprefix": keys.queue(""), "index": batch.INDEX,
     "marker_ttl": batch.MARKER_TTL, "linger": batch.LINGER,
@@ -190,47 +227,22 @@ end
 }
 
 
-def _script(name: str, body: str) -> Script:
+def batch_script(name: str, body: str) -> Script:
+    """A script with the batch prelude (key names, ``create``, ``settle``) in front."""
     return Script(name, _PRELUDE + body)
+
+
+_script = batch_script
 
 
 # Create a batch held open by one builder.
 # ARGV = [bid, parent ("" for none), hold member, expires_in, index prune score,
 #         field, value, ...]. Replies "ok", or an error naming what is wrong.
 CREATE = _script("batch_create", """
-local bid, parent, hold, ttl = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
-local bad = insane(bid)
-if bad then return redis.error_reply(bad) end
-if redis.call("exists", k(bid)) == 1 then
-  if redis.call("sismember", k(bid, "jids"), hold) == 1 then return "ok" end  -- a replay
-  return redis.error_reply("WURKBATCH batch " .. bid .. " already exists")
-end
-if parent ~= "" then
-  bad = insane(parent)
-  if bad then return redis.error_reply(bad) end
-  if redis.call("exists", k(parent)) == 0 then
-    return redis.error_reply("WURKBATCH parent batch " .. parent .. " does not exist (expired?)")
-  end
-  if redis.call("exists", k(parent, "success")) == 1 then
-    return redis.error_reply("WURKBATCH parent batch " .. parent .. " already succeeded")
-  end
-  local pttl = redis.call("ttl", k(parent))
-  for _, s in ipairs({"kids", "pkids", "ukids"}) do
-    redis.call("sadd", k(parent, s), bid)
-    if pttl > 0 then redis.call("expire", k(parent, s), pttl) end
-  end
-  redis.call("hincrby", k(parent), "kids", 1)
-  redis.call("hset", k(parent), "updated_at", stamp)
-end
 local fields = {}
 for i = 6, #ARGV do fields[#fields + 1] = ARGV[i] end
-redis.call("hset", k(bid), "created_at", stamp, "updated_at", stamp, "total", 0, "pending", 0,
-           "failures", 0, "kids", 0, "parent_bid", parent, unpack(fields))
-redis.call("sadd", k(bid, "jids"), hold)
-redis.call("expire", k(bid), ttl)
-redis.call("expire", k(bid, "jids"), ttl)
-redis.call("zremrangebyscore", INDEX, "-inf", "(" .. ARGV[5])
-redis.call("zadd", INDEX, stamp, bid)
+local bad = create(ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5], fields)
+if bad then return redis.error_reply(bad) end
 return "ok"
 """)
 

@@ -10,12 +10,17 @@ definition) plus these keys, all prefixed ``wurk:wf:<wid>``:
   once, before the first push, so a replayed launch reuses them);
 * ``...:waiting`` HASH: step name -> predecessors not yet succeeded;
 * ``...:ends`` HASH: step name -> "success" or "death", written once;
-* ``...:owner`` HASH: step name -> the step whose end released it.
+* ``...:owner`` HASH: step name -> the step whose end released it;
+* ``...:launched`` HASH: step name (``""`` for the root batch) -> its bid,
+  written by the script that launched it (Lua ``batch_launch``), whose
+  guard it is: a replayed launch finds it and writes nothing.
 ``wurk:workflows`` is the index (a ZSET of wids by creation time).
 
 Duties:
 1. Name the keys; hold the reserved job name, the root hold, the TTLs.
-2. :data:`END`: record a step's end once (``HSETNX``) and, on success,
+2. :data:`INIT`: write the workflow's hash, its waiting counts and the
+   index entry once (a replay finds the hash and changes nothing).
+3. :data:`END`: record a step's end once (``HSETNX``) and, on success,
    count it out of its successors, giving each one it releases an owner;
    on a death under the "stop" policy, record what stopped the workflow.
 """
@@ -27,9 +32,9 @@ from wurk.wire.lua import Script
 ADVANCE = "wurk.workflow.advance"  # the reserved name of the internal job
 INDEX = "wurk:workflows"
 ROOT_HOLD = "hold:workflow"  # the root batch's hold, dropped when the workflow ends
-STEP_HOLD = "hold:workflow-step"
+ROOT_FIELD = ""  # the root batch's field in ``launched`` (a step name is never empty)
 LINGER = 24 * 3600  # a finished workflow's keys live this long
-PARTS = ("steps", "jids", "waiting", "ends", "owner")
+PARTS = ("steps", "jids", "waiting", "ends", "owner", "launched")
 
 
 def key(wid: str, part: str = "") -> str:
@@ -65,4 +70,25 @@ elseif ARGV[4] == "stop" then
 end
 return 1
 """,
+)
+
+
+# ARGV = [wid, ttl, created_at, index score, n, (field, value) * n, (step, count) ...]:
+# the hash's fields, then each waiting step with its predecessor count.
+# Replies 1 when this call wrote them, 0 for a replay (the hash exists).
+INIT = Script(
+    "workflow_init",
+    """
+local base, ttl, n = "wurk:wf:" .. ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[5])
+if redis.call("exists", base) == 1 then return 0 end
+for i = 6, 5 + 2 * n, 2 do redis.call("hset", base, ARGV[i], ARGV[i + 1]) end
+redis.call("hset", base, "created_at", ARGV[3])
+redis.call("expire", base, ttl)
+if #ARGV > 5 + 2 * n then
+  for i = 6 + 2 * n, #ARGV, 2 do redis.call("hset", base .. ":waiting", ARGV[i], ARGV[i + 1]) end
+  redis.call("expire", base .. ":waiting", ttl)
+end
+redis.call("zadd", "%s", ARGV[4], ARGV[1])
+return 1
+""" % INDEX,  # noqa: UP031 - the Lua source is full of braces
 )
