@@ -75,8 +75,19 @@ def batches(request: Request, site: Site) -> Response:
                        now=time.time(), events=batch_wire.EVENTS)
 
 
-def _json_text(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, indent=2, default=str, sort_keys=True)
+def _json_text(value: Any, indent: int | None = 2) -> str:
+    return json.dumps(value, ensure_ascii=False, indent=indent, default=str, sort_keys=True)
+
+
+def _callbacks(status: BatchStatus) -> tuple[dict[str, str], str]:
+    """Each event's callbacks as compact JSON, and what is left (garbage) as text."""
+    stored: Any = status.callbacks  # any JSON: the record is untrusted
+    if not isinstance(stored, dict):
+        return {}, _json_text(stored, None)
+    per_event = {event: _json_text(stored[event], None) for event in batch_wire.EVENTS
+                 if event in stored}
+    rest = {k: v for k, v in stored.items() if k not in per_event}
+    return per_event, _json_text(rest, None) if rest else ""
 
 
 def batch(request: Request, site: Site) -> Response:
@@ -86,9 +97,10 @@ def batch(request: Request, site: Site) -> Response:
     status = _status(BatchSet(config=site.config), bid)
     if not status.exists:
         raise HTTPException(404, "no batch of that id (never made, or expired)")
+    per_event, other = _callbacks(status)
     return site.render(request, "batch.html", title=f"Batch {bid}", active="batches",
                        b=status, now=time.time(), events=batch_wire.EVENTS,
-                       callbacks=_json_text(status.callbacks) if status.callbacks else "",
+                       callbacks=per_event, other_callbacks=other,
                        is_workflow=isinstance(status.workflow, dict)
                        and "steps" in status.workflow)
 
