@@ -1,13 +1,14 @@
 """Metrics page times on a full window: many classes, every minute of 8 hours.
 
-    .venv/bin/python bench/web_metrics.py [--classes 200] [--runs 5]
+    .venv/bin/python bench/web_metrics.py [--classes 200] [--runs 5] [--layout sidekiq8]
 
-Starts its own redis-server on a free port, writes 8 hours of per-minute
-metrics for ``--classes`` classes in Sidekiq 7's format (a minute hash field
-per class and counter, a histogram per class and minute: what that many
-busy classes leave behind), starts a real ``wurk web``, and times whole page
-loads of the Metrics page for 1 and 8 hours and of one class's page for 1
-and 8 hours (median and worst of ``--runs``, milliseconds).
+Starts its own redis-server on a free port, writes 8 hours of metrics for
+``--classes`` classes, each minute what a wurk heartbeat writes
+(:func:`wurk.observe.class_metrics.flush_commands` in ``--layout``:
+``sidekiq8``, wurk's default, with its 10-minute rollups, or ``sidekiq7``,
+which is also what Ruby Sidekiq 7.x writes), starts a real ``wurk web``, and
+times whole page loads of the Metrics page for 1 and 8 hours and of one
+class's page for 1 and 8 hours (median and worst of ``--runs``, milliseconds).
 """
 
 from __future__ import annotations
@@ -20,30 +21,28 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime
 
 import redis
 from web_large import BIN, free_port, load
 
-from wurk.observe.class_metrics import histogram_key, minute_key
+from wurk.observe.class_metrics import LAYOUTS, ClassCounts, flush_commands
 
 
-def fill(r: redis.Redis, classes: int) -> None:
+def fill(r: redis.Redis, classes: int, layout: str) -> None:
     started = time.perf_counter()
     now = time.time()
     for back in range(8 * 60):
-        at = datetime.fromtimestamp(now - 60 * back, UTC)
-        pipe = r.pipeline(transaction=False)
-        minute = minute_key(at)
+        taken = {}
         for n in range(classes):
-            cls = f"App::Jobs::Worker{n:04d}"
-            pipe.hincrby(minute, f"{cls}|p", 10 + n % 7)
-            pipe.hincrby(minute, f"{cls}|f", n % 3)
-            pipe.hincrby(minute, f"{cls}|ms", 1000 + n)
-            pipe.execute_command("BITFIELD", histogram_key(cls, at), "OVERFLOW", "SAT",
-                                 "INCRBY", "u16", f"#{n % 26}", 9)
+            counts = ClassCounts(processed=10 + n % 7, failed=n % 3, ms=1000 + n)
+            counts.histogram[n % 26] = 9
+            taken[f"App::Jobs::Worker{n:04d}"] = counts
+        pipe = r.pipeline(transaction=False)
+        for command in flush_commands(taken, now - 60 * back, layout=layout):
+            pipe.execute_command(*command)
         pipe.execute()
-    print(f"filled {classes:,} classes x 480 minutes in {time.perf_counter() - started:.1f} s; "
+    print(f"filled {classes:,} classes x 480 minutes ({layout}) in "
+          f"{time.perf_counter() - started:.1f} s; "
           f"Redis uses {r.info('memory')['used_memory_human']}")
 
 
@@ -51,6 +50,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--classes", type=int, default=200)
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--layout", choices=LAYOUTS, default="sidekiq8")
     args = parser.parse_args()
     port = free_port()
     workdir = tempfile.mkdtemp(prefix="wurk-bench-metrics-")
@@ -66,7 +66,7 @@ def main() -> int:
                 break
             except redis.ConnectionError:
                 time.sleep(0.05)
-        fill(r, args.classes)
+        fill(r, args.classes, args.layout)
         web = subprocess.Popen([str(BIN / "wurk"), "web", "--port", "0", "--redis-url",
                                 f"redis://127.0.0.1:{port}/0"], stdout=subprocess.PIPE, text=True)
         assert web.stdout is not None

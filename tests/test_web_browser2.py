@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from webbatches import seed_batches
 from webfeatures import seed_features, spool_file
 from webstack import Stack, chromium, wait_until
 
@@ -35,6 +36,7 @@ def stack() -> Iterator[Stack]:
     running = Stack().start()
     wurk.configure(running.config)
     running.features = seed_features(running.config)  # type: ignore[attr-defined]
+    running.batches = seed_batches(running.config)  # type: ignore[attr-defined]
     yield running
     running.stop()
 
@@ -173,6 +175,36 @@ def test_spool_shows_jobs_discards_and_pushes(page: Any, stack: Stack, tmp_path:
     assert not keep.exists() and r.llen("queue:default") == before + 2
 
 
+def test_batches_list_detail_child_and_workflow_steps(page: Any, stack: Stack) -> None:
+    seeded = stack.batches  # type: ignore[attr-defined]
+    page.goto(stack.url + "/")
+    page.get_by_role("link", name="Batches", exact=True).click()
+    table = page.locator("table.batches")
+    row = table.locator("tr", has_text="nightly import 42")
+    assert "complete" in row.inner_text() and "6 / 8" in row.inner_text()
+    assert "abandoned" in table.locator("tr", has_text="left open").inner_text()
+    row.get_by_role("link").first.click()
+    assert seeded["nightly"] in page.locator("h1").inner_text()
+    failures = page.locator("#batch-failures tbody tr")
+    assert failures.count() == 2 and "ValueError" in failures.first.inner_text()
+    assert "<img src=x" in failures.first.inner_text()  # shown as text, never as markup
+    page.locator("#batch-children a").click()
+    assert seeded["child"] in page.locator("h1").inner_text()
+    page.locator("#batch-info").get_by_role("link", name=seeded["nightly"]).click()
+    assert seeded["nightly"] in page.locator("h1").inner_text()
+    page.get_by_role("link", name="Workflows", exact=True).click()
+    page.locator("table.workflows").get_by_role("link", name=seeded["workflow"]).click()
+    steps = page.locator("#workflow-steps tbody tr").all_inner_texts()
+    assert [s.split("\t")[0] for s in steps] == ["FetchFeed", "parse", "report"]
+    assert "succeeded" in steps[0] and "failed" in steps[1] and "KeyError" in steps[1]
+    assert "skipped" in steps[2]
+    page.screenshot(path=str(Path(os.environ.get("WURK_SHOTS", "/tmp")) / "workflow.png"),
+                    full_page=True)
+    page.locator("#workflow-steps").get_by_role("link").nth(1).click()
+    assert "Batch" in page.locator("h1").inner_text() and "KeyError" in fresh(page)
+    assert page.evaluate("window.__pwned") is None
+
+
 def test_read_only_hides_the_new_buttons(browser: Any, stack: Stack) -> None:
     url = stack.web("--read-only")
     context = browser.new_context()
@@ -187,7 +219,8 @@ def test_read_only_hides_the_new_buttons(browser: Any, stack: Stack) -> None:
 def test_phone_width_with_the_longer_menu(browser: Any, stack: Stack) -> None:
     context = browser.new_context(viewport={"width": 390, "height": 844})
     page = context.new_page()
-    for path in ("/metrics", "/metrics/ImportCsv", "/periodic", "/limiters", "/spool"):
+    for path in ("/metrics", "/metrics/ImportCsv", "/periodic", "/limiters", "/spool",
+                 "/batches", "/workflows"):
         page.goto(stack.url + path)
         assert page.evaluate("document.documentElement.scrollWidth") <= 390, path
     context.close()

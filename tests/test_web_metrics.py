@@ -1,4 +1,4 @@
-"""Per-class metrics: what workers record (Sidekiq 7's keys) and the Metrics pages."""
+"""Per-class metrics: what workers record (Sidekiq 8's or 7's keys) and the Metrics pages."""
 
 from __future__ import annotations
 
@@ -18,18 +18,23 @@ import wurk
 import wurk.web
 from wurk.api.class_metrics import ClassMetricsQuery
 from wurk.observe.class_metrics import (
+    ROLLUP_TTL,
     TTL,
     ClassMetrics,
     bucket_of,
     flush_commands,
     histogram_key,
+    histogram_key8,
     minute_key,
+    minute_key8,
+    rollup_key,
     tracked,
 )
 from wurk.runtime.launcher import Launcher
 from wurk.settings.config import Config
 
-MINUTE_KEY = re.compile(r"^j\|\d{8}\|\d{1,2}:\d{1,2}$")
+MINUTE_KEY = {"sidekiq7": re.compile(r"^j\|\d{8}\|\d{1,2}:\d{1,2}$"),
+              "sidekiq8": re.compile(r"^j\|\d{6}\|\d{1,2}:\d{1,2}$")}  # minute and rollup
 
 
 @pytest.fixture
@@ -53,10 +58,15 @@ def ruby7_writes(r: redis.Redis, cls: str, at: datetime, *, p: int, f: int, ms: 
     r.expire(hist, 8 * 3600)
 
 
-def test_key_names_and_buckets_are_sidekiq_7s() -> None:
+def test_key_names_and_buckets_are_sidekiqs() -> None:
     at = datetime(2026, 11, 3, 7, 4, tzinfo=UTC)
-    assert minute_key(at) == "j|20261103|7:4"
+    assert minute_key(at) == "j|20261103|7:4"  # Sidekiq 7.x
     assert histogram_key("Mailer", at) == "Mailer-03-07:4"
+    # Sidekiq 8.0.8 lib/sidekiq/metrics/tracking.rb and shared.rb
+    assert minute_key8(at) == "j|261103|7:04"
+    assert rollup_key(at) == "j|261103|7:0"
+    assert rollup_key(datetime(2026, 11, 3, 17, 59, tzinfo=UTC)) == "j|261103|17:5"
+    assert histogram_key8("Mailer", at) == "h|Mailer-3-7:4"
     # Sidekiq: the first bucket whose bound is above the time (20 ms goes in "30ms").
     assert [bucket_of(ms) for ms in (0, 19, 20, 280, 334_999, 335_000, 10**9)] == [
         0, 0, 1, 7, 24, 25, 25]
@@ -76,12 +86,22 @@ def test_flush_commands_add_up_and_saturate() -> None:
     recorder.give_back(taken)
     assert recorder.take()["A"].processed == 8
     counts.histogram[0] = 70_000
-    commands = flush_commands(taken, now=0)
+    commands = flush_commands(taken, now=0, layout="sidekiq7")
     assert ("HINCRBY", "j|19700101|0:0", "A|p", 4) in commands
     assert ("BITFIELD", "A-01-00:0", "OVERFLOW", "SAT", "INCRBY", "u16", "#0", 65535,
             "INCRBY", "u16", "#7", 1) in commands
     assert commands[-1] == ("EXPIRE", "j|19700101|0:0", TTL)
+    assert not [c for c in commands if "j|700101" in str(c)]
+    commands = flush_commands(taken, now=600 + 7 * 60)
+    for key in ("j|700101|0:17", "j|700101|0:1"):
+        assert ("HINCRBY", key, "A|p", 4) in commands and ("HINCRBY", key, "A|f", 1) in commands
+    assert ("BITFIELD", "h|A-1-0:17", "OVERFLOW", "SAT", "INCRBY", "u16", "#0", 65535,
+            "INCRBY", "u16", "#7", 1) in commands
+    assert commands[-2:] == [("EXPIRE", "j|700101|0:17", TTL),
+                             ("EXPIRE", "j|700101|0:1", ROLLUP_TTL)]
     assert flush_commands({}) == []
+    with pytest.raises(ValueError, match="class_metrics_format"):
+        flush_commands(taken, layout="sidekiq9")
 
 
 def test_off_leaves_the_run_untouched(config: Config) -> None:
@@ -93,16 +113,17 @@ def test_off_leaves_the_run_untouched(config: Config) -> None:
     assert tracked(config, ClassMetrics(), run) is not run
 
 
-def test_a_worker_writes_sidekiq_7_keys_once_per_beat(
-        config: Config, r: redis.Redis, launch: Callable[..., Launcher],
-        define: Callable[..., Any]) -> None:
+@pytest.mark.parametrize("layout", ["sidekiq8", "sidekiq7"])
+def test_a_worker_writes_sidekiqs_keys_once_per_beat(
+        config: Config, r: redis.Redis, launch_with: Callable[..., Launcher],
+        define: Callable[..., Any], layout: str) -> None:
     ok = define(lambda: time.sleep(0.03))
     bad = define(lambda: 1 / 0, retry=False)
     for _ in range(3):
         ok.perform_async()
     for _ in range(2):
         bad.perform_async()
-    launch()
+    launch_with(dataclasses.replace(config, class_metrics_format=layout))
     query = ClassMetricsQuery(config=config)
 
     def settled() -> bool:
@@ -118,12 +139,16 @@ def test_a_worker_writes_sidekiq_7_keys_once_per_beat(
     assert found[ok.name].ms >= 3 * 30 and found[ok.name].failed == 0
     assert found[bad.name].processed == 2 and found[bad.name].ms == 0
     minutes = [k for k in r.keys("j|*")]
-    assert minutes and all(MINUTE_KEY.match(k) for k in minutes)
-    assert all(0 < r.ttl(k) <= TTL for k in minutes)
+    assert minutes and all(MINUTE_KEY[layout].match(k) for k in minutes)
+    assert all(0 < r.ttl(k) <= (ROLLUP_TTL if len(k) < 13 else TTL) for k in minutes)
     assert sum(query.for_class(ok.name).histogram) == 3
     assert sum(query.for_class(bad.name).histogram) == 0  # failures are not timed
-    grams = r.keys(f"{ok.name}-*")
+    grams = r.keys(f"h|{ok.name}-*" if layout == "sidekiq8" else f"{ok.name}-*")
     assert grams and all(0 < r.ttl(k) <= TTL for k in grams)
+    # The longer windows read the rollups (or Sidekiq 7's minutes): the same figures, once.
+    for hours in (2, 8):
+        longer = {t.name: t for t in query.top(hours)}
+        assert (longer[ok.name].processed, longer[bad.name].failed) == (3, 2)
 
 
 def test_a_bad_metrics_key_costs_only_the_metrics(
@@ -219,3 +244,27 @@ def test_a_flush_that_never_reached_redis_keeps_its_figures(config: Config) -> N
         close_pool(away)
     taken = counters.classes.take()
     assert list(taken) == ["Kept"] and taken["Kept"].processed == 1
+
+
+def test_both_layouts_add_up_once_in_every_window(config: Config, r: redis.Redis) -> None:
+    """Ruby Sidekiq 7 (minute keys), wurk and Ruby Sidekiq 8 (minute keys and rollups) on
+    one Redis: each run is counted once, over one hour (minutes) and longer (rollups)."""
+    now = time.time()
+    recorder = ClassMetrics()
+    for back in (0, 25, 70, 200, 470):
+        at = datetime.fromtimestamp(now - 60 * back, UTC)
+        ruby7_writes(r, "Shared", at, p=2, f=1, ms=40, buckets={1: 1})
+        for _ in range(3):
+            recorder.record("Shared", 5, failed=False)
+        recorder.record("Only8", 5, failed=True)
+        for command in flush_commands(recorder.take(), now - 60 * back):
+            r.execute_command(*command)
+    query = ClassMetricsQuery(config=config)
+    inside = {1: 2, 2: 3, 4: 4, 8: 5}  # of the minutes written, those in each window
+    for hours, runs in inside.items():
+        found = {t.name: t for t in query.top(hours, now)}
+        assert (found["Shared"].processed, found["Shared"].failed) == (5 * runs, runs), hours
+        assert found["Shared"].ms == 40 * runs + 15 * runs
+        assert (found["Only8"].processed, found["Only8"].failed) == (runs, runs)
+    series = query.for_class("Shared", 1, now)
+    assert sum(series.processed) == 10 and sum(series.histogram) == 2 * 1 + 2 * 3

@@ -1,18 +1,25 @@
-"""Per-class execution metrics read back from Sidekiq 7's keys (wurk's and Ruby's).
+"""Per-class execution metrics read back from Sidekiq 7's and 8's keys (wurk's and Ruby's).
 
-Workers (wurk with ``class_metrics`` on, Ruby Sidekiq 7.x) add to one hash
-per UTC minute, ``j|YYYYMMDD|H:M``, fields ``Class|p`` (executions),
-``Class|f`` (failures) and ``Class|ms`` (milliseconds of the successful
-runs), and to a histogram per class and minute, ``Class-DD-HH:M``, of 26
-u16 counters (:mod:`wurk.observe.class_metrics`). Both expire after 8 hours.
-Sidekiq 6.x records neither.
+Workers add fields ``Class|p`` (executions), ``Class|f`` (failures) and
+``Class|ms`` (milliseconds of the successful runs) to a hash per UTC
+minute, and 26 u16 counters to a histogram per class and minute
+(:mod:`wurk.observe.class_metrics`). Two layouts, whose key names never
+collide, so a reader sums them: Sidekiq 7.x (and wurk with
+``class_metrics_format = "sidekiq7"``) writes ``j|YYYYMMDD|H:M`` and
+``Class-DD-HH:M``; Sidekiq 8.x (and wurk by default) writes
+``j|YYMMDD|H:MM``, ``h|Class-D-H:M`` and also a 10-minute rollup
+``j|YYMMDD|H:T``. Sidekiq 6.x records nothing.
 
 Duties:
 1. :meth:`ClassMetricsQuery.top`: every class's totals over the last
-   ``hours`` (1 to 8): one pipeline of ``HGETALL`` per minute, never a scan.
+   ``hours`` (1 to 8), one pipeline of ``HGETALL``, never a scan. One hour:
+   both layouts' minute hashes. Longer (as Sidekiq 8's Web): the 10-minute
+   rollups, which hold the Sidekiq 8 layout's figures, plus the Sidekiq 7
+   layout's minute hashes (nothing else holds those); 8 hours of 200 classes
+   is then 48 hashes of 600 fields instead of 480.
 2. :meth:`ClassMetricsQuery.for_class`: one class's per-minute executions,
-   failures and time, and its histogram summed over the window (``BITFIELD_RO``
-   per minute, in one more pipeline).
+   failures and time, and its histogram summed over the window (``HMGET``
+   and ``BITFIELD_RO`` per minute and layout, in one pipeline).
 3. Distrust what is read: a field without a known suffix, a count that is
    not a number or is negative, a key of the wrong type are skipped, never
    raised.
@@ -25,15 +32,16 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-import redis.exceptions as rx
-
-from wurk.api.common import hash_items, resolve, text
+from wurk.api.common import resolve, text
 from wurk.observe.class_metrics import (
     LABELS,
     MAX_CLASS,
     SLOTS,
     histogram_key,
+    histogram_key8,
     minute_key,
+    minute_key8,
+    rollup_key,
 )
 from wurk.redis.pools import pool_for
 from wurk.settings.config import Config
@@ -100,6 +108,41 @@ def minutes_back(hours: int, now: float | None = None) -> list[datetime]:
     return [datetime.fromtimestamp(end - 60 * n, UTC) for n in range(hours * 60 - 1, -1, -1)]
 
 
+def window_keys(hours: int, now: float | None = None) -> list[str]:
+    """The minute (one hour) or rollup (longer) hashes whose fields add up to the window."""
+    if hours == 1:
+        return [key for at in minutes_back(1, now) for key in (minute_key(at), minute_key8(at))]
+    minutes = minutes_back(hours, now)
+    # 6 blocks an hour, the last one holding now: the window starts at a block's start.
+    end = minutes[-1]
+    start = end.timestamp() - 60 * (end.minute % 10) - 600 * (hours * 6 - 1)
+    kept = [at for at in minutes if at.timestamp() >= start]
+    return [*(rollup_key(at) for at in kept if at.minute % 10 == 0),
+            *(minute_key(at) for at in kept)]
+
+
+def add_up(replies: list[Any]) -> dict[Any, int]:
+    """Each raw field's sum over the hashes; a reply or value that is no count is skipped."""
+    sums: dict[Any, int] = {}
+    get = sums.get
+    for reply in replies:
+        if isinstance(reply, dict):
+            items: Any = reply.items()
+        elif isinstance(reply, list):
+            flat = iter(reply)
+            items = zip(flat, flat, strict=False)
+        else:
+            continue  # an error reply: a key of the wrong type
+        for raw_field, raw_value in items:
+            try:
+                value = int(raw_value)
+            except (TypeError, ValueError):
+                continue
+            if value >= 0:
+                sums[raw_field] = get(raw_field, 0) + value
+    return sums
+
+
 class ClassMetricsQuery:
     """What the workers recorded per class, over the last hours."""
 
@@ -108,48 +151,51 @@ class ClassMetricsQuery:
 
     def top(self, hours: int = 1, now: float | None = None) -> list[ClassTotals]:
         """Every class seen in the window, most executions first."""
-        minutes = minutes_back(hours, now)
+        keys = window_keys(hours, now)
         replies = pool_for(self.config).run(lambda c: c.pipeline(
-            [("HGETALL", minute_key(m)) for m in minutes], raise_on_error=False),
-            idempotent=True)
+            [("HGETALL", key) for key in keys], raise_on_error=False), idempotent=True)
         found: dict[str, ClassTotals] = {}
-        # The same few fields come back every minute: each is parsed once.
-        parsed: dict[Any, tuple[str, str] | None] = {}
-        for reply in replies:
-            if isinstance(reply, rx.ResponseError):
-                continue
-            for raw_field, raw_value in hash_items(reply):
-                if raw_field not in parsed:
-                    parsed[raw_field] = _target(raw_field)
-                target, value = parsed[raw_field], count(raw_value)
-                if target is not None and value is not None:
-                    name, attr = target
-                    totals = found.get(name) or found.setdefault(name, ClassTotals(name))
-                    setattr(totals, attr, getattr(totals, attr) + value)
+        for raw_field, value in add_up(replies).items():
+            target = _target(raw_field)
+            if target is not None:
+                name, attr = target
+                totals = found.get(name) or found.setdefault(name, ClassTotals(name))
+                setattr(totals, attr, getattr(totals, attr) + value)
         return sorted(found.values(), key=lambda t: (-t.processed, t.name))
 
     def for_class(self, name: str, hours: int = 1, now: float | None = None) -> ClassSeries:
+        """Per minute, both layouts added; the histograms of the minutes that had runs."""
         if not name or len(name) > MAX_CLASS:
             raise ValueError("a class name of 1 to 1024 characters")
         minutes = minutes_back(hours, now)
         fields = [f"{name}|p", f"{name}|f", f"{name}|ms"]
-        commands = [("HMGET", minute_key(m), *fields) for m in minutes]
-        commands += [("BITFIELD_RO", histogram_key(name, m), *_GETS) for m in minutes]
-        replies = pool_for(self.config).run(
-            lambda c: c.pipeline(commands, raise_on_error=False), idempotent=True)
+        layouts = ((minute_key, histogram_key), (minute_key8, histogram_key8))
+        pool = pool_for(self.config)
+        counts = pool.run(lambda c: c.pipeline(
+            [("HMGET", hashed(m), *fields) for m in minutes for hashed, _ in layouts],
+            raise_on_error=False), idempotent=True)
         series = ClassSeries(name)
-        for minute, reply in zip(minutes, replies[: len(minutes)], strict=True):
-            values = [0, 0, 0] if isinstance(reply, rx.ResponseError) else [
-                count(v) or 0 for v in reply]
+        grams: list[tuple[Any, ...]] = []  # a histogram only where that layout counted a run
+        for index, minute in enumerate(minutes):
+            values = [0, 0, 0]
+            for (_, gram), reply in zip(layouts, counts[2 * index: 2 * index + 2], strict=True):
+                if isinstance(reply, list) and len(reply) == 3:
+                    got = [count(v) or 0 for v in reply]
+                    values = [a + b for a, b in zip(values, got, strict=True)]
+                    if got[0]:
+                        grams.append(("BITFIELD_RO", gram(name, minute), *_GETS))
             series.minutes.append(f"{minute:%H:%M}")
             series.processed.append(values[0])
             series.failed.append(values[1])
             series.ms.append(values[2])
-        for reply in replies[len(minutes):]:
+        replies = pool.run(lambda c: c.pipeline(grams, raise_on_error=False),
+                           idempotent=True) if grams else []
+        for reply in replies:
             if isinstance(reply, list) and len(reply) == SLOTS:
                 series.histogram = [a + (count(b) or 0) for a, b in
                                     zip(series.histogram, reply, strict=True)]
         return series
 
 
-__all__ = ["HOURS", "MAX_CLASS", "ClassMetricsQuery", "ClassSeries", "ClassTotals"]
+__all__ = ["HOURS", "MAX_CLASS", "ClassMetricsQuery", "ClassSeries", "ClassTotals", "add_up",
+           "window_keys"]

@@ -45,7 +45,7 @@ def opt_text(value: Any) -> str | None:
 def to_int(value: Any, default: int = 0) -> int:
     try:
         return int(float(text(value))) if value is not None else default
-    except ValueError:
+    except (ValueError, OverflowError):  # "nan" / "inf" read from Redis
         return default
 
 

@@ -1,9 +1,10 @@
-"""Per-class execution metrics in Sidekiq 7's Redis format, recorded in memory.
+"""Per-class execution metrics in Sidekiq 8's (or 7's) Redis format, recorded in memory.
 
-Sidekiq 7's Web has a Metrics page fed by what each process records: per
-class and per minute, executions, failures and the milliseconds of the
-successful runs, plus a histogram of run times. wurk records the same keys,
-so Sidekiq 7's Web shows wurk's classes and wurk's dashboard shows Ruby's.
+Sidekiq 7 and 8's Web have a Metrics page fed by what each process records:
+per class and per minute, executions, failures and the milliseconds of the
+successful runs, plus a histogram of run times. wurk records the same keys
+(Sidekiq 8's by default, 7's with ``class_metrics_format = "sidekiq7"``), so
+Sidekiq's Web shows wurk's classes and wurk's dashboard shows Ruby's.
 
 Duties:
 1. :class:`ClassMetrics`: one per process's counters. :meth:`ClassMetrics.record`
@@ -13,15 +14,20 @@ Duties:
    takes what piled up since its last beat and, when the beat's transaction
    never reached Redis, gives it back for the next one.
 3. :func:`flush_commands`: the writes for one beat, which the heartbeat
-   sends in one pipeline after its counts: per class ``HINCRBY``
-   on ``j|YYYYMMDD|H:M`` (fields ``Class|p``, ``Class|f``, ``Class|ms``) and
-   ``BITFIELD Class-DD-HH:M OVERFLOW SAT INCRBY u16 #i n``; each key
-   expires after :data:`TTL` (8 hours), as Sidekiq 7 sets it.
+   sends in one pipeline after its counts: per class ``HINCRBY`` of the
+   fields ``Class|p``, ``Class|f``, ``Class|ms`` and a ``BITFIELD ...
+   OVERFLOW SAT INCRBY u16 #i n`` histogram. Sidekiq 8's layout: the minute
+   hash ``j|YYMMDD|H:MM`` and the 10-minute rollup ``j|YYMMDD|H:T`` (kept
+   :data:`ROLLUP_TTL`, 3 days), histogram ``h|Class-D-H:M``; Sidekiq 7's:
+   ``j|YYYYMMDD|H:M`` and ``Class-DD-HH:M``. Minute keys and histograms
+   expire after :data:`TTL` (8 hours), as Sidekiq sets them.
 4. :func:`tracked`: wraps the processor's run so each run is recorded (ActiveJob's
    ``wrapped`` class when there is one); the run is untouched when the
    ``class_metrics`` setting is off.
-5. Key names and bucket limits (:func:`minute_key`, :func:`histogram_key`,
-   :data:`BUCKETS`, :data:`LABELS`) shared with the reader (``wurk.api.class_metrics``).
+5. Key names of both layouts and bucket limits (:func:`minute_key`,
+   :func:`minute_key8`, :func:`rollup_key`, :func:`histogram_key`,
+   :func:`histogram_key8`, :data:`BUCKETS`, :data:`LABELS`) shared with the
+   reader (``wurk.api.class_metrics``).
 """
 
 from __future__ import annotations
@@ -45,6 +51,8 @@ E = TypeVar("E")
 RunJob = Callable[[dict[str, Any], str, E], "BaseException | None"]
 
 TTL = 8 * 3600
+ROLLUP_TTL = 3 * 24 * 3600  # Sidekiq 8's MID_TERM
+LAYOUTS = ("sidekiq8", "sidekiq7")
 # Upper bounds (ms, exclusive) of Sidekiq 7's histogram buckets; the last is "slow".
 BUCKETS = (20, 30, 45, 65, 100, 150, 225, 335, 500, 750, 1100, 1700, 2500, 3800, 5750,
            8500, 13000, 20000, 30000, 45000, 65000, 100000, 150000, 225000, 335000)
@@ -66,6 +74,21 @@ def minute_key(at: datetime) -> str:
 def histogram_key(cls: str, at: datetime) -> str:
     """``Mailer-30-07:3``: Sidekiq 7's histogram (day and hour padded, minute not)."""
     return f"{cls}-{at:%d}-{at:%H}:{at.minute}"
+
+
+def minute_key8(at: datetime) -> str:
+    """``j|261130|7:03`` for 07:03 UTC: Sidekiq 8's minute hash (two-digit year, minute padded)."""
+    return f"j|{at:%y%m%d}|{at.hour}:{at.minute:02d}"
+
+
+def rollup_key(at: datetime) -> str:
+    """``j|261130|7:0`` for 07:00-07:09 UTC: Sidekiq 8's 10-minute hash (the minute's tens)."""
+    return f"j|{at:%y%m%d}|{at.hour}:{at.minute // 10}"
+
+
+def histogram_key8(cls: str, at: datetime) -> str:
+    """``h|Mailer-30-7:3``: Sidekiq 8's histogram (nothing padded)."""
+    return f"h|{cls}-{at.day}-{at.hour}:{at.minute}"
 
 
 def bucket_of(ms: float) -> int:
@@ -121,26 +144,31 @@ class ClassMetrics:
                                                           strict=True)]
 
 
-def flush_commands(taken: Taken, now: float | None = None) -> list[tuple[Any, ...]]:
+def flush_commands(taken: Taken, now: float | None = None,
+                   layout: str = "sidekiq8") -> list[tuple[Any, ...]]:
     """One beat's writes, for a pipeline; empty when nothing ran."""
     if not taken:
         return []
+    if layout not in LAYOUTS:
+        raise ValueError(f"class_metrics_format must be one of {LAYOUTS}, got {layout!r}")
     at = datetime.fromtimestamp(time.time() if now is None else now, UTC)
-    minute = minute_key(at)
+    sidekiq8 = layout == "sidekiq8"
+    hashes = [(minute_key8(at), TTL), (rollup_key(at), ROLLUP_TTL)] if sidekiq8 else [
+        (minute_key(at), TTL)]
     commands: list[tuple[Any, ...]] = []
     for cls, counts in taken.items():
         for suffix, value in (("p", counts.processed), ("f", counts.failed), ("ms", counts.ms)):
             if value:
-                commands.append(("HINCRBY", minute, f"{cls}|{suffix}", value))
+                commands += [("HINCRBY", key, f"{cls}|{suffix}", value) for key, _ in hashes]
         increments: list[Any] = []
         for index, count in enumerate(counts.histogram):
             if count:
                 increments += ["INCRBY", "u16", f"#{index}", min(count, U16_MAX)]
         if increments:
-            key = histogram_key(cls, at)
+            key = histogram_key8(cls, at) if sidekiq8 else histogram_key(cls, at)
             commands += [("BITFIELD", key, "OVERFLOW", "SAT", *increments),
                          ("EXPIRE", key, TTL)]
-    commands.append(("EXPIRE", minute, TTL))
+    commands += [("EXPIRE", key, ttl) for key, ttl in hashes]
     return commands
 
 

@@ -4,7 +4,9 @@ Duties:
 1. :func:`read`: one workflow's state, its steps (pending, running,
    succeeded, failed, skipped), its failures with their errors, and the
    results of its last steps when they were stored.
-2. :func:`recent`: the newest workflow ids of the index, with their state.
+2. :func:`recent`: the newest workflow ids of the index, with their state;
+   :func:`summaries` one page of the index with each workflow's record
+   (state, policy, description, times) in one round trip, and :func:`count`.
 Everything is read from Redis without trusting it: a garbled record shows
 as unreadable, never raises past WorkflowError.
 """
@@ -16,11 +18,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from wurk.push.client import Client
-from wurk.push.workflow_spec import WorkflowError, load, pairs, successors
+from wurk.push.workflow_spec import WorkflowError, load, pairs, successors, text
 from wurk.wire import results as results_wire
 from wurk.wire import workflow as wire
 
-__all__ = ["StepStatus", "WorkflowStatus", "read", "recent"]
+__all__ = ["StepStatus", "WorkflowStatus", "WorkflowSummary", "count", "read", "recent",
+           "summaries"]
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,19 @@ class WorkflowStatus:
     @property
     def finished(self) -> bool:
         return self.finished_at is not None
+
+
+@dataclass(frozen=True)
+class WorkflowSummary:
+    """One workflow as the index lists it; ``state`` is "expired" once its record is gone."""
+
+    wid: str
+    state: str
+    policy: str = ""
+    description: str = ""
+    created_at: float | None = None
+    finished_at: float | None = None
+    stopped_by: str | None = None
 
 
 def _float(value: Any) -> float | None:
@@ -118,4 +134,35 @@ def recent(client: Client, limit: int = 50) -> list[tuple[str, str]]:
         wid = raw.decode() if isinstance(raw, bytes) else str(raw)
         state = client.pool.call("HGET", wire.key(wid), "state", idempotent=True)
         out.append((wid, (state.decode() if isinstance(state, bytes) else state) or "expired"))
+    return out
+
+
+def count(client: Client) -> int:
+    """Workflows in the index (some may have expired since)."""
+    return int(client.pool.call("ZCARD", wire.INDEX, idempotent=True) or 0)
+
+
+def summaries(client: Client, limit: int = 25, offset: int = 0) -> list[WorkflowSummary]:
+    """One page of the index, newest first, each with its record (one round trip more).
+
+    A record of the wrong type or with garbage fields shows as state
+    "unreadable" or with the field left empty, never raises.
+    """
+    wids = [text(raw) for raw in client.pool.call(
+        "ZREVRANGE", wire.INDEX, max(offset, 0), max(offset, 0) + max(limit, 1) - 1,
+        idempotent=True) or []]
+    if not wids:
+        return []
+    replies = client.pool.run(lambda c: c.pipeline(
+        [("HGETALL", wire.key(wid)) for wid in wids], raise_on_error=False), idempotent=True)
+    out = []
+    for wid, reply in zip(wids, replies, strict=True):
+        if isinstance(reply, Exception):
+            out.append(WorkflowSummary(wid, "unreadable"))
+            continue
+        meta = dict(pairs(reply))
+        out.append(WorkflowSummary(
+            wid, meta.get("state") or ("unknown" if meta else "expired"), meta.get("policy", ""),
+            meta.get("description", ""), _float(meta.get("created_at")),
+            _float(meta.get("finished_at")), meta.get("stopped_by") or None))
     return out

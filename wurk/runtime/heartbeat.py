@@ -196,7 +196,7 @@ class Heartbeat:
         """Per-class figures, one pipeline apart from the counts: a bad key (WRONGTYPE)
         there costs these figures only, never the processed/failed totals."""
         taken = self.counters.classes.take()
-        commands = class_metrics.flush_commands(taken)
+        commands = class_metrics.flush_commands(taken, layout=self.config.class_metrics_format)
         if not commands:
             return
         try:

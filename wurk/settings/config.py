@@ -105,6 +105,7 @@ class Config:
     metrics_dogstatsd: bool = DECLARED
     metrics_prometheus: bool = DECLARED
     class_metrics: bool = DECLARED
+    class_metrics_format: str = DECLARED
     health_listen: str | None = DECLARED
     web_user: str | None = DECLARED
     web_password: str | None = DECLARED

@@ -184,8 +184,14 @@ SETTINGS: tuple[Setting, ...] = (
                  "`GET /metrics` (needs `health_listen`)"),
     Setting("class_metrics", "bool", True,
             help="record executions, failures and run times per job class in memory and "
-                 "write them once per heartbeat in Sidekiq 7's metrics keys (the "
-                 "dashboard's Metrics page; Sidekiq 7's Web reads them too)"),
+                 "write them once per heartbeat in Sidekiq's metrics keys (the "
+                 "dashboard's Metrics page; Sidekiq's Web reads them too)"),
+    Setting("class_metrics_format", "str", "sidekiq8", choices=("sidekiq8", "sidekiq7"),
+            help="the keys `class_metrics` writes: `sidekiq8` (Sidekiq 8's: a hash per minute "
+                 "kept 8 hours and one per 10 minutes kept 3 days, which the dashboard's "
+                 "longer windows read; Sidekiq 8's Web shows them) or `sidekiq7` (Sidekiq "
+                 "7's: a hash per minute only; Sidekiq 7's Web shows them); the dashboard "
+                 "reads both, see [the key names](redis-format.md#per-class-execution-metrics)"),
     Setting("health_listen", "str | None", None, limit=f"port 0 to {MAX_PORT}",
             help="`host:port` (or `:port`) of an HTTP listener for `/live` and `/ready`; "
                  "without a host it binds 127.0.0.1; port 0 picks one; swarm child N listens "

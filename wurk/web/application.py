@@ -26,6 +26,7 @@ from wurk.core.redaction import redact_text, redact_url
 from wurk.settings.config import Config
 from wurk.web import (
     present,
+    views_batches,
     views_busy,
     views_dashboard,
     views_locks,
@@ -46,7 +47,7 @@ def routes() -> list[BaseRoute]:
     return [*views_dashboard.ROUTES, *views_queues.ROUTES, *views_sets.ROUTES,
             *views_busy.ROUTES, *views_swarms.ROUTES, *views_profiles.ROUTES,
             *views_metrics.ROUTES, *views_periodic.ROUTES, *views_locks.ROUTES,
-            *views_spool.ROUTES,
+            *views_spool.ROUTES, *views_batches.ROUTES,
             Mount("/static", app=static, name="static")]
 
 async def _http_error(request: Request, exc: Exception) -> Response:

@@ -16,6 +16,7 @@ Duties:
 from __future__ import annotations
 
 import json
+import math
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -41,8 +42,8 @@ def num(value: Any) -> str:
 
 def duration(seconds: float | None) -> str:
     """``3 minutes``, ``1 day``: the largest whole unit."""
-    if seconds is None:
-        return ""
+    if seconds is None or not math.isfinite(seconds):
+        return ""  # a garbage time read from Redis ("inf", "nan") shows as nothing
     seconds = abs(seconds)
     for size, unit in _UNITS:
         if seconds >= size:
@@ -53,7 +54,7 @@ def duration(seconds: float | None) -> str:
 
 def ago(at: float | None, now: float | None = None) -> str:
     """``3 minutes ago`` or ``in 2 hours``; "" for no time."""
-    if at is None:
+    if at is None or not math.isfinite(at):
         return ""
     delta = (now if now is not None else time.time()) - at
     if abs(delta) < 1:

@@ -1,4 +1,4 @@
-"""The Metrics pages: per-class executions, failures and time from Sidekiq 7's keys.
+"""The Metrics pages: per-class executions, failures and time from Sidekiq 7's and 8's keys.
 
 Duties:
 1. ``GET /metrics?hours=1|2|4|8``: every class the workers recorded in the
