@@ -15,6 +15,7 @@ Duties:
 
 from __future__ import annotations
 
+import inspect
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -58,6 +59,8 @@ class Registered:
     origin: str = ""
     # The argument counts a push is checked against (None: not checked).
     arity: signatures.Arity | None = None
+    # An ``async def`` function or perform: the worker awaits what it returns.
+    coroutine: bool = False
 
 
 class Registry:
@@ -194,7 +197,8 @@ def job(name: Any = None, *, registry_: Registry | None = None, **options: Any) 
         wire_name = name or f"{fn.__module__}.{fn.__qualname__}"
         wrapper = JobFunction(fn, wire_name, opts)
         entry = Registered(wire_name, opts, lambda _payload: fn, _origin_of(fn),
-                           signatures.Arity.of(wire_name, fn))
+                           signatures.Arity.of(wire_name, fn),
+                           coroutine=inspect.iscoroutinefunction(fn))
         (registry_ or registry).add(entry)
         return wrapper
 
@@ -230,7 +234,8 @@ class Job:
         cls.wurk_options = opts
         cls.wurk_name = name or f"{cls.__module__}.{cls.__qualname__}"
         registry.add(Registered(cls.wurk_name, opts, cls._bound_perform, _origin_of(cls),
-                                signatures.Arity.of(cls.wurk_name, cls.perform, bound=True)))
+                                signatures.Arity.of(cls.wurk_name, cls.perform, bound=True),
+                                coroutine=inspect.iscoroutinefunction(cls.perform)))
 
     @classmethod
     def _bound_perform(cls, payload: Mapping[str, Any]) -> Callable[..., Any]:

@@ -1,0 +1,256 @@
+"""``async def`` jobs in a threads process: the process's event loop, and the wait on it.
+
+Duties:
+1. Own one event loop per process, run forever on a daemon thread that
+   starts with the first async job (:func:`loop`). A fork drops the parent's
+   (its thread did not come along: :func:`forget_after_fork`), so a swarm
+   child starts its own; at exit the loop cancels what still runs and closes,
+   so no "Task was destroyed but it is pending" is ever printed.
+2. :func:`blocking` turns a coroutine function into a plain callable: the
+   processor thread that calls it schedules the coroutine on the loop and
+   waits (on a C-level lock) for its outcome, which it returns or raises. So
+   an async job goes through the sync path's options, retries, middleware,
+   reliable fetch, recovery, poison pills and drains unchanged, and the task
+   runs in a copy of the calling thread's ``contextvars``.
+3. :func:`on_caller` lets a coroutine (an async server middleware) run a
+   sync step (the rest of the chain: sync middleware, a sync job) back on
+   the processor thread that waits for it, so sync code never blocks the
+   loop and the job timer still finds the job on the thread it watches.
+4. Time limits: the job timer calls :func:`cancel` before it would raise
+   ``JobTimeout`` in a thread; when that thread waits on a coroutine, the
+   task is cancelled instead (``CancelledError`` inside the job at its next
+   ``await``) and the wait raises the ``JobTimeout``. An async exception
+   would not reach a thread blocked in a lock until the lock was released.
+5. Nothing a job raises stops the loop: ``SystemExit`` and
+   ``KeyboardInterrupt`` (which a task re-raises into its loop) leave the
+   coroutine wrapped and are raised again in the waiting thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import queue
+import threading
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+# How long the exit hook lets cancelled tasks unwind before closing the loop.
+EXIT_GRACE = 1.0
+
+
+class _EscapedError(Exception):
+    """Carries a job's SystemExit or KeyboardInterrupt out of its task."""
+
+
+class _Waiting:
+    """One processor thread's wait on one task, and the channel it is woken through."""
+
+    __slots__ = ("channel", "task", "timeout")
+
+    def __init__(self, channel: queue.SimpleQueue[Any]) -> None:
+        self.channel = channel
+        self.task: asyncio.Task[Any] | None = None
+        self.timeout: type[BaseException] | None = None
+
+
+class _Process:
+    """This process's loop and waiting threads; a fork starts a fresh one."""
+
+    def __init__(self) -> None:
+        # Guards the loop's creation and the table of waiting threads (never
+        # held across a wait, and never while taking another lock).
+        self.lock = threading.Lock()
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.thread: threading.Thread | None = None
+        self.waiting: dict[int, _Waiting] = {}
+        self.local = threading.local()
+
+
+_state = _Process()
+
+
+def loop() -> asyncio.AbstractEventLoop:
+    """The process's event loop, started on its own thread on first use."""
+    state = _state
+    with state.lock:
+        if state.loop is None:
+            new = asyncio.new_event_loop()
+            thread = threading.Thread(target=_serve, args=(new,), name="wurk-asyncio",
+                                      daemon=True)
+            thread.start()
+            state.loop, state.thread = new, thread
+        return state.loop
+
+
+def _serve(target: asyncio.AbstractEventLoop) -> None:
+    asyncio.set_event_loop(target)
+    target.run_forever()
+
+
+def blocking(fn: Callable[..., Coroutine[Any, Any, Any]]) -> Callable[..., Any]:
+    """A sync callable that runs ``fn(*args)`` on the process's loop and waits for it."""
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return run(fn(*args, **kwargs))
+    return call
+
+
+def _channel() -> queue.SimpleQueue[Any]:
+    local = _state.local
+    channel: queue.SimpleQueue[Any] | None = getattr(local, "channel", None)
+    if channel is None:
+        channel = local.channel = queue.SimpleQueue()
+    return channel
+
+
+def run(coro: Coroutine[Any, Any, Any]) -> Any:
+    """Run ``coro`` on the process's loop; the calling thread waits for its outcome,
+    running any sync step the coroutine hands back (:func:`on_caller`) meanwhile."""
+    state = _state
+    target = loop()
+    waiting = _Waiting(_channel())
+    tid = threading.get_ident()
+    outer = state.waiting.get(tid)  # a sync step of an outer run may start another run
+    scheduled = False
+    try:
+        target.call_soon_threadsafe(_start, coro, waiting)
+        scheduled = True
+        while True:
+            with state.lock:
+                state.waiting[tid] = waiting
+            item = waiting.channel.get()  # C-level: only the task's end or a request wakes it
+            with state.lock:
+                state.waiting.pop(tid, None)
+            if item is waiting:
+                break
+            _serve_request(target, *item)
+    except BaseException:
+        # A JobTimeout delivered before the wait began, or the loop is gone:
+        # the coroutine must not run on with nobody waiting for it.
+        if scheduled:
+            target.call_soon_threadsafe(_cancel, waiting)
+        else:
+            coro.close()
+        raise
+    finally:
+        with state.lock:
+            if outer is None:
+                state.waiting.pop(tid, None)
+            else:
+                state.waiting[tid] = outer
+    return _outcome(waiting)
+
+
+def _serve_request(target: asyncio.AbstractEventLoop, step: Callable[[], Any],
+                   future: asyncio.Future[Any]) -> None:
+    try:
+        value = step()
+    except BaseException as exc:  # noqa: BLE001 - the awaiting coroutine gets it
+        target.call_soon_threadsafe(_resolve, future, None, exc)
+        return
+    target.call_soon_threadsafe(_resolve, future, value, None)
+
+
+def _resolve(future: asyncio.Future[Any], value: Any, exc: BaseException | None) -> None:
+    if future.done():
+        return  # its awaiter was cancelled meanwhile
+    if exc is None:
+        future.set_result(value)
+    else:
+        future.set_exception(exc)
+
+
+def on_caller(step: Callable[[], Any]) -> Callable[[], Coroutine[Any, Any, Any]]:
+    """An awaitable form of ``step`` that runs it on the thread now calling this
+    (which must then wait in :func:`run`): ``await on_caller(step)()``."""
+    channel = _channel()
+
+    async def call() -> Any:
+        future = asyncio.get_running_loop().create_future()
+        channel.put((step, future))
+        return await future
+
+    return call
+
+
+async def _guarded(coro: Coroutine[Any, Any, Any]) -> Any:
+    try:
+        return await coro
+    except (SystemExit, KeyboardInterrupt) as exc:
+        raise _EscapedError() from exc
+
+
+def _start(coro: Coroutine[Any, Any, Any], waiting: _Waiting) -> None:
+    task = asyncio.ensure_future(_guarded(coro))
+    waiting.task = task
+    task.add_done_callback(lambda _t: waiting.channel.put(waiting))
+
+
+def _cancel(waiting: _Waiting) -> None:
+    if waiting.task is not None:
+        waiting.task.cancel()
+
+
+def _outcome(waiting: _Waiting) -> Any:
+    task = waiting.task
+    if task is None:
+        raise RuntimeError("the async job was never started on the event loop")
+    failure = None if task.cancelled() else task.exception()
+    if isinstance(failure, _EscapedError) and failure.__cause__ is not None:
+        raise failure.__cause__
+    if waiting.timeout is not None:
+        raise waiting.timeout() from failure
+    # result() raises the job's exception, or CancelledError if something else cancelled it.
+    return task.result()
+
+
+def cancel(tid: int, timeout: type[BaseException]) -> bool:
+    """Cancel the task thread ``tid`` waits on, its wait to raise ``timeout``.
+
+    False when ``tid`` waits on no coroutine now (the caller raises in the
+    thread instead: it runs sync code).
+    """
+    state = _state
+    with state.lock:
+        waiting = state.waiting.get(tid)
+        if waiting is None or state.loop is None:
+            return False
+        if waiting.timeout is None:
+            waiting.timeout = timeout
+            state.loop.call_soon_threadsafe(_cancel, waiting)
+        return True
+
+
+def waiting_threads() -> int:
+    """How many threads wait on a coroutine now (for tests and status)."""
+    with _state.lock:
+        return len(_state.waiting)
+
+
+def forget_after_fork() -> None:
+    """In a forked child: the parent's loop thread is not here; the next job starts one."""
+    _state.__init__()  # type: ignore[misc]
+
+
+@atexit.register
+def _close() -> None:
+    """Cancel what still runs, let it unwind briefly, and close the loop."""
+    state = _state
+    with state.lock:
+        target, thread = state.loop, state.thread
+        state.loop = None
+    if target is None or thread is None or not thread.is_alive():
+        return
+
+    async def wind_down() -> None:
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=EXIT_GRACE)
+        asyncio.get_running_loop().stop()
+
+    asyncio.run_coroutine_threadsafe(wind_down(), target)
+    thread.join(EXIT_GRACE + 1.0)
+    if not thread.is_alive():
+        target.close()
