@@ -19,6 +19,7 @@ all, once, right after every fork (``os.register_at_fork``), in this order:
 5. The default client (:mod:`wurk.push.client`): rebuilt on first use.
 6. The event loop of ``async def`` jobs (:mod:`wurk.runtime.aio`): its
    thread stayed in the parent; the child's first async job starts one.
+   Not imported here: ``import wurk`` stays free of asyncio.
 7. Metrics (:mod:`wurk.observe.metrics`): fresh statsd sockets and totals,
    last, so nothing of the parent's is sent once Redis and the client are new.
 
@@ -28,12 +29,12 @@ all, once, right after every fork (``os.register_at_fork``), in this order:
 from __future__ import annotations
 
 import os
+import sys
 
 from wurk.core import threads
 from wurk.observe import metrics
 from wurk.push import buffered, client, confirmed, spool, spool_drain
 from wurk.redis import pool
-from wurk.runtime import aio
 
 
 def forget_parent_state() -> None:
@@ -45,7 +46,10 @@ def forget_parent_state() -> None:
     spool.forget_after_fork()
     spool_drain.forget_after_fork()
     client.forget_default_client()
-    aio.forget_after_fork()
+    # Only a process that ran an async job has a loop (and imported asyncio for it).
+    aio = sys.modules.get("wurk.runtime.aio")
+    if aio is not None:
+        aio.forget_after_fork()
     metrics.reset()
 
 
