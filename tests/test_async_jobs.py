@@ -14,6 +14,7 @@ import os
 import signal
 import textwrap
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -133,6 +134,61 @@ def test_a_soft_limit_cancels_the_task_and_fails_with_job_timeout(
     assert failed["error_message"] == "job ran past its timeout of 0.3s"
     assert marks == ["asleep", "cancelled"]
     assert aio.waiting_threads() == 0
+
+
+def test_a_hard_limit_cancels_the_task_and_settles_a_timeout(
+        config: Config, r: redis.Redis, define: Define,
+        launch_with: Callable[..., Launcher]) -> None:
+    marks: list[str] = []
+
+    async def stuck() -> None:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            marks.append("cancelled")
+            raise
+
+    jid = define(stuck, hard_timeout=0.4).perform_async()
+    asked: list[bool] = []
+    launch_with(config, on_stop_request=lambda: asked.append(True))
+    wait_for(lambda: r.zcard("retry") == 1, timeout=10)
+    failed = json.loads(r.zrange("retry", 0, -1)[0])
+    assert (failed["jid"], failed["error_class"]) == (jid, "JobTimeout")
+    assert failed["error_message"] == "job ran past its hard_timeout of 0.4s"
+    wait_for(lambda: asked == [True] and marks == ["cancelled"], timeout=5)
+    wait_for(lambda: aio.waiting_threads() == 0, timeout=5)
+
+
+def test_a_stop_hands_back_running_async_jobs_and_cancels_their_tasks(
+        config: Config, r: redis.Redis, define: Define,
+        launch: Callable[..., Launcher]) -> None:
+    marks: list[str] = []
+
+    async def quick(tag: str) -> None:
+        await asyncio.sleep(0)
+        marks.append(f"done:{tag}")
+
+    async def long(tag: str) -> None:
+        marks.append(f"started:{tag}")
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            marks.append(f"cancelled:{tag}")
+            raise
+
+    quick_job, long_job = define(quick), define(long)
+    quick_job.perform_async("q")
+    jids = {long_job.perform_async(f"l{i}") for i in range(3)}
+    launcher = launch()  # the default concurrency (10): all four run at once
+    wait_for(lambda: sum(m.startswith("started") for m in marks) == 3, timeout=10)
+    assert "done:q" in marks
+    requeued = launcher.stop(time.monotonic() + 0.5)
+    assert requeued == 3
+    wait_for(lambda: sum(m.startswith("cancelled") for m in marks) == 3, timeout=5)
+    wait_for(lambda: aio.waiting_threads() == 0, timeout=5)
+    back = {json.loads(raw)["jid"] for raw in r.lrange("queue:default", 0, -1)}
+    assert back == jids
+    assert r.zcard("retry") == 0 and r.zcard("dead") == 0
 
 
 def test_server_middleware_wraps_async_jobs_like_sync_ones(

@@ -21,7 +21,10 @@ Duties:
    task is cancelled instead (``CancelledError`` inside the job at its next
    ``await``) and the wait raises the ``JobTimeout``. An async exception
    would not reach a thread blocked in a lock until the lock was released.
-5. Nothing a job raises stops the loop: ``SystemExit`` and
+5. :func:`cancel_all` at a stop: the coroutines of jobs a stop handed back
+   are cancelled (their late outcome is dropped anyway), so they do not run
+   on unseen while the process exits.
+6. Nothing a job raises stops the loop: ``SystemExit`` and
    ``KeyboardInterrupt`` (which a task re-raises into its loop) leave the
    coroutine wrapped and are raised again in the waiting thread.
 """
@@ -219,6 +222,18 @@ def cancel(tid: int, timeout: type[BaseException]) -> bool:
             waiting.timeout = timeout
             state.loop.call_soon_threadsafe(_cancel, waiting)
         return True
+
+
+def cancel_all() -> int:
+    """Cancel every task a thread waits on (a stop gave their jobs back); how many."""
+    state = _state
+    with state.lock:
+        waits = list(state.waiting.values())
+        target = state.loop
+    if target is not None:
+        for waiting in waits:
+            target.call_soon_threadsafe(_cancel, waiting)
+    return len(waits) if target is not None else 0
 
 
 def waiting_threads() -> int:
