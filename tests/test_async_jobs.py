@@ -19,13 +19,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import cli_workers
 import pytest
 import redis
 import swarms
+from cli_workers import Worker
 from swarms import Launch, slot
 from waiting import wait_for
 
 import wurk
+from wurk.cli import EX_OVERRAN
 from wurk.push.job import JobFunction
 from wurk.runtime import aio
 from wurk.runtime.launcher import Launcher
@@ -35,6 +38,8 @@ from wurk.settings.config import Config
 pytestmark = pytest.mark.timeout(60)
 Define = Callable[..., JobFunction[..., Any]]
 swarm_launch = swarms.launch
+spawn = cli_workers.spawn
+jobs_dir = cli_workers.jobs_dir
 
 
 def test_the_registry_notes_coroutine_functions_and_perform_methods(define: Define) -> None:
@@ -366,6 +371,69 @@ def test_a_forked_child_runs_async_jobs_on_its_own_loop(
     os.close(read_end)
     assert os.waitstatus_to_exitcode(status) == 0
     assert report == {"pid_ok": True, "new_thread": True}
+
+
+ASYNC_CLI_JOBS = textwrap.dedent("""
+    import asyncio
+    import os
+
+    import redis
+
+    import wurk
+
+    _r = redis.Redis.from_url(os.environ["REDIS_URL"])
+
+
+    @wurk.job(name="a_quick")
+    async def quick(tag):
+        await asyncio.sleep(0.01)
+        _r.rpush("a:done", tag)
+
+
+    @wurk.job(name="a_long")
+    async def long(tag):
+        _r.rpush("a:started", tag)
+        try:
+            await asyncio.sleep(30)
+        finally:
+            _r.rpush("a:unwound", tag)
+
+
+    @wurk.job(name="a_stuck", hard_timeout=0.5)
+    async def stuck():
+        _r.rpush("a:started", "stuck")
+        while True:  # sync code in a coroutine: never reaches an await
+            pass
+""")
+
+
+def test_wurk_run_stops_with_async_jobs_running_and_loses_none(
+        r: redis.Redis, spawn: Callable[..., Worker], jobs_dir: Path) -> None:
+    (jobs_dir / "async_cli_jobs.py").write_text(ASYNC_CLI_JOBS, encoding="utf-8")
+    worker = spawn("-r", "async_cli_jobs", "-c", "6", "-t", "1")
+    quick = [cli_workers.push(r, "a_quick", f"q{i}")[0] for i in range(4)]
+    long = {cli_workers.push(r, "a_long", f"l{i}")[0] for i in range(2)}
+    wait_for(lambda: r.llen("a:done") == 4 and r.llen("a:started") == 2, timeout=20)
+    worker.send(signal.SIGTERM)
+    assert worker.wait(20) == 0
+    back = {json.loads(raw)["jid"] for raw in r.lrange("queue:default", 0, -1)}
+    assert back == long and len(quick) == 4
+    assert sorted(r.lrange("a:unwound", 0, -1)) == ["l0", "l1"]  # cancelled, not abandoned
+    for noise in ("Task was destroyed", "was never awaited", "Exception ignored"):
+        assert noise not in worker.stderr()
+    fails = [e for e in worker.events() if e.get("event") == "job.fail"]
+    assert len(fails) == 2 and all(e["error"].startswith("HandedBack") for e in fails), fails
+
+
+def test_wurk_run_settles_a_coroutine_stuck_in_sync_code_past_its_hard_limit(
+        r: redis.Redis, spawn: Callable[..., Worker], jobs_dir: Path) -> None:
+    (jobs_dir / "async_cli_jobs.py").write_text(ASYNC_CLI_JOBS, encoding="utf-8")
+    worker = spawn("-r", "async_cli_jobs", "-t", "1")
+    jid, _ = cli_workers.push(r, "a_stuck")
+    assert worker.wait(30) == EX_OVERRAN
+    [raw] = r.zrange("retry", 0, -1)
+    failed = json.loads(raw)
+    assert (failed["jid"], failed["error_class"]) == (jid, "JobTimeout")
 
 
 ASYNC_SWARM_JOBS = textwrap.dedent("""

@@ -23,7 +23,7 @@ Duties:
    would not reach a thread blocked in a lock until the lock was released.
 5. :func:`cancel_all` at a stop: the coroutines of jobs a stop handed back
    are cancelled (their late outcome is dropped anyway), so they do not run
-   on unseen while the process exits.
+   on unseen while the process exits; their wait raises :class:`HandedBack`.
 6. Nothing a job raises stops the loop: ``SystemExit`` and
    ``KeyboardInterrupt`` (which a task re-raises into its loop) leave the
    coroutine wrapped and are raised again in the waiting thread.
@@ -46,15 +46,22 @@ class _EscapedError(Exception):
     """Carries a job's SystemExit or KeyboardInterrupt out of its task."""
 
 
+class HandedBack(Exception):  # noqa: N818 - what happened, not an error of the job's
+    """An async job's task cancelled because a stop pushed the job back to its queue."""
+
+    def __init__(self) -> None:
+        super().__init__("cancelled: a stop pushed this job back to its queue")
+
+
 class _Waiting:
     """One processor thread's wait on one task, and the channel it is woken through."""
 
-    __slots__ = ("channel", "task", "timeout")
+    __slots__ = ("channel", "instead", "task")
 
     def __init__(self, channel: queue.SimpleQueue[Any]) -> None:
         self.channel = channel
         self.task: asyncio.Task[Any] | None = None
-        self.timeout: type[BaseException] | None = None
+        self.instead: type[BaseException] | None = None  # what the wait raises once cancelled
 
 
 class _Process:
@@ -201,8 +208,8 @@ def _outcome(waiting: _Waiting) -> Any:
     failure = None if task.cancelled() else task.exception()
     if isinstance(failure, _EscapedError) and failure.__cause__ is not None:
         raise failure.__cause__
-    if waiting.timeout is not None:
-        raise waiting.timeout() from failure
+    if waiting.instead is not None:
+        raise waiting.instead() from failure
     # result() raises the job's exception, or CancelledError if something else cancelled it.
     return task.result()
 
@@ -218,22 +225,27 @@ def cancel(tid: int, timeout: type[BaseException]) -> bool:
         waiting = state.waiting.get(tid)
         if waiting is None or state.loop is None:
             return False
-        if waiting.timeout is None:
-            waiting.timeout = timeout
-            state.loop.call_soon_threadsafe(_cancel, waiting)
+        _cancel_as(state.loop, waiting, timeout)
         return True
+
+
+def _cancel_as(target: asyncio.AbstractEventLoop, waiting: _Waiting,
+               instead: type[BaseException]) -> None:
+    """Under the state lock: cancel once, the wait to raise ``instead``."""
+    if waiting.instead is None:
+        waiting.instead = instead
+        target.call_soon_threadsafe(_cancel, waiting)
 
 
 def cancel_all() -> int:
     """Cancel every task a thread waits on (a stop gave their jobs back); how many."""
     state = _state
     with state.lock:
-        waits = list(state.waiting.values())
-        target = state.loop
-    if target is not None:
-        for waiting in waits:
-            target.call_soon_threadsafe(_cancel, waiting)
-    return len(waits) if target is not None else 0
+        if state.loop is None:
+            return 0
+        for waiting in state.waiting.values():
+            _cancel_as(state.loop, waiting, HandedBack)
+        return len(state.waiting)
 
 
 def waiting_threads() -> int:
