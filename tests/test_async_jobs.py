@@ -70,6 +70,20 @@ def test_an_async_job_function_is_still_its_coroutine_function(define: Define) -
     assert asyncio.run(job(21)) == 42
 
 
+def test_waiting_on_the_loop_thread_itself_is_refused_not_a_hang() -> None:
+    async def inner() -> int:
+        return 1
+
+    async def outer() -> str:
+        try:
+            aio.run(inner())
+        except RuntimeError as exc:
+            return str(exc)
+        return "ran"
+
+    assert "its own event loop thread" in aio.run(outer())
+
+
 def test_async_functions_and_perform_methods_run_and_are_acknowledged(
         config: Config, r: redis.Redis, define: Define,
         launch: Callable[..., Launcher]) -> None:

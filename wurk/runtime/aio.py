@@ -118,6 +118,10 @@ def run(coro: Coroutine[Any, Any, Any]) -> Any:
     running any sync step the coroutine hands back (:func:`on_caller`) meanwhile."""
     state = _state
     target = loop()
+    if threading.current_thread() is state.thread:
+        coro.close()  # waiting here for the loop's own work would hang the process
+        raise RuntimeError("wurk cannot wait for a coroutine on its own event loop thread; "
+                           "await it instead")
     waiting = _Waiting(_channel())
     tid = threading.get_ident()
     outer = state.waiting.get(tid)  # a sync step of an outer run may start another run
