@@ -30,6 +30,7 @@ from waiting import wait_for
 import wurk
 from wurk.cli import EX_OVERRAN
 from wurk.push.job import JobFunction
+from wurk.push.results import result as wurk_result
 from wurk.runtime import aio
 from wurk.runtime.launcher import Launcher
 from wurk.runtime.middleware import current_job
@@ -108,6 +109,18 @@ def test_async_functions_and_perform_methods_run_and_are_acknowledged(
         assert r.llen("queue:default") == 0 and r.zcard("retry") == 0
     finally:
         wurk.registry.discard("t_async_crawl")
+
+
+def test_an_async_jobs_return_value_is_its_stored_result(
+        config: Config, r: redis.Redis, define: Define,
+        launch: Callable[..., Launcher]) -> None:
+    async def add(a: int, b: int) -> dict[str, int]:
+        await asyncio.sleep(0)
+        return {"sum": a + b}
+
+    jid = define(add, store_result=True).perform_async(2, 3)
+    launch()
+    assert wurk_result(str(jid), 10, config=config) == {"sum": 5}
 
 
 def test_a_failing_async_job_retries_and_then_dies(

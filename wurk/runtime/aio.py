@@ -12,10 +12,12 @@ Duties:
    an async job goes through the sync path's options, retries, middleware,
    reliable fetch, recovery, poison pills and drains unchanged, and the task
    runs in a copy of the calling thread's ``contextvars``.
-3. :func:`on_caller` lets a coroutine (an async server middleware) run a
-   sync step (the rest of the chain: sync middleware, a sync job) back on
-   the processor thread that waits for it, so sync code never blocks the
-   loop and the job timer still finds the job on the thread it watches.
+3. :func:`run_with_next` gives a coroutine (an async server middleware) a
+   ``call_next`` that runs a sync step (the rest of the chain: sync
+   middleware, a sync job) back on the processor thread that waits for it,
+   so sync code never blocks the loop and the job timer still finds the job
+   on the thread it watches. Each run has its own channel: a step a
+   cancelled run left unserved is never run by a later job.
 4. Time limits: the job timer calls :func:`cancel` before it would raise
    ``JobTimeout`` in a thread; when that thread waits on a coroutine, the
    task is cancelled instead (``CancelledError`` inside the job at its next
@@ -74,7 +76,6 @@ class _Process:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.thread: threading.Thread | None = None
         self.waiting: dict[int, _Waiting] = {}
-        self.local = threading.local()
 
 
 _state = _Process()
@@ -105,26 +106,39 @@ def blocking(fn: Callable[..., Coroutine[Any, Any, Any]]) -> Callable[..., Any]:
     return call
 
 
-def _channel() -> queue.SimpleQueue[Any]:
-    local = _state.local
-    channel: queue.SimpleQueue[Any] | None = getattr(local, "channel", None)
-    if channel is None:
-        channel = local.channel = queue.SimpleQueue()
-    return channel
+NextStep = Callable[[], Coroutine[Any, Any, Any]]
 
 
 def run(coro: Coroutine[Any, Any, Any]) -> Any:
-    """Run ``coro`` on the process's loop; the calling thread waits for its outcome,
-    running any sync step the coroutine hands back (:func:`on_caller`) meanwhile."""
+    """Run ``coro`` on the process's loop; the calling thread waits for its outcome."""
+    return _run(coro, queue.SimpleQueue())
+
+
+def run_with_next(make: Callable[[NextStep], Coroutine[Any, Any, Any]],
+                  step: Callable[[], Any]) -> Any:
+    """Run ``make(call_next)`` on the loop, as :func:`run`; ``await call_next()``
+    runs ``step()`` on this (waiting) thread and returns or raises its outcome."""
+    channel: queue.SimpleQueue[Any] = queue.SimpleQueue()
+
+    async def call_next() -> Any:
+        future = asyncio.get_running_loop().create_future()
+        channel.put((step, future))
+        return await future
+
+    return _run(make(call_next), channel)
+
+
+def _run(coro: Coroutine[Any, Any, Any], channel: queue.SimpleQueue[Any]) -> Any:
     state = _state
     target = loop()
     if threading.current_thread() is state.thread:
         coro.close()  # waiting here for the loop's own work would hang the process
         raise RuntimeError("wurk cannot wait for a coroutine on its own event loop thread; "
                            "await it instead")
-    waiting = _Waiting(_channel())
+    waiting = _Waiting(channel)
+    # A sync step of an outer run may start another run on this thread: the
+    # outer one is not in the table while its step runs, so this one is alone.
     tid = threading.get_ident()
-    outer = state.waiting.get(tid)  # a sync step of an outer run may start another run
     scheduled = False
     try:
         target.call_soon_threadsafe(_start, coro, waiting)
@@ -148,10 +162,7 @@ def run(coro: Coroutine[Any, Any, Any]) -> Any:
         raise
     finally:
         with state.lock:
-            if outer is None:
-                state.waiting.pop(tid, None)
-            else:
-                state.waiting[tid] = outer
+            state.waiting.pop(tid, None)
     return _outcome(waiting)
 
 
@@ -172,19 +183,6 @@ def _resolve(future: asyncio.Future[Any], value: Any, exc: BaseException | None)
         future.set_result(value)
     else:
         future.set_exception(exc)
-
-
-def on_caller(step: Callable[[], Any]) -> Callable[[], Coroutine[Any, Any, Any]]:
-    """An awaitable form of ``step`` that runs it on the thread now calling this
-    (which must then wait in :func:`run`): ``await on_caller(step)()``."""
-    channel = _channel()
-
-    async def call() -> Any:
-        future = asyncio.get_running_loop().create_future()
-        channel.put((step, future))
-        return await future
-
-    return call
 
 
 async def _guarded(coro: Coroutine[Any, Any, Any]) -> Any:

@@ -63,5 +63,5 @@ def _step(chain: Sequence[ServerMiddleware], index: int, payload: Mapping[str, A
         return _step(chain, index + 1, payload, queue, job)
 
     if is_async(middleware):
-        return aio.run(middleware(payload, queue, aio.on_caller(rest)))
+        return aio.run_with_next(lambda call_next: middleware(payload, queue, call_next), rest)
     return middleware(payload, queue, rest)
