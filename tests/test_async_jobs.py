@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import json
 import os
 import signal
@@ -60,6 +61,46 @@ def test_the_registry_notes_coroutine_functions_and_perform_methods(define: Defi
         assert wurk.registry.get("t_async_crawler").coroutine
     finally:
         wurk.registry.discard("t_async_crawler")
+
+
+def logged(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A plain decorator: its wrapper is a sync function returning the coroutine."""
+    @functools.wraps(fn)
+    def wrapper(*args: Any) -> Any:
+        return fn(*args)
+    return wrapper
+
+
+def ran_inline(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A decorator that runs the coroutine itself and returns its value."""
+    @functools.wraps(fn)
+    def wrapper(*args: Any) -> Any:
+        return asyncio.run(fn(*args))
+    return wrapper
+
+
+def test_decorated_coroutine_functions_run_as_async_jobs(
+        config: Config, r: redis.Redis, define: Define,
+        launch: Callable[..., Launcher]) -> None:
+    seen: list[str] = []
+
+    @logged
+    async def wrapped(tag: str) -> None:
+        await asyncio.sleep(0)
+        seen.append(f"wrapped:{tag}")
+
+    @ran_inline
+    async def inline(tag: str) -> None:
+        await asyncio.sleep(0)
+        seen.append(f"inline:{tag}")
+
+    for job in (define(wrapped), define(inline)):
+        assert wurk.registry.get(job.name).coroutine
+        job.perform_async("x")
+    launch()
+    wait_for(lambda: sorted(seen) == ["inline:x", "wrapped:x"], timeout=10)
+    wait_for(lambda: r.get("stat:processed") == "2", timeout=5)
+    assert r.zcard("retry") == 0
 
 
 def test_an_async_job_function_is_still_its_coroutine_function(define: Define) -> None:

@@ -174,6 +174,16 @@ class JobFunction(Enqueuer, Generic[P, R]):
         return self.fn(*args, **kwargs)
 
 
+def _is_async(fn: Callable[..., Any]) -> bool:
+    """A coroutine function, also under a ``functools.wraps`` decorator that is not one."""
+    if inspect.iscoroutinefunction(fn):
+        return True
+    try:
+        return inspect.iscoroutinefunction(inspect.unwrap(fn))
+    except ValueError:  # a __wrapped__ cycle: take it as it says it is
+        return False
+
+
 def _origin_of(obj: Any) -> str:
     return f"{obj.__module__}.{obj.__qualname__}"
 
@@ -198,7 +208,7 @@ def job(name: Any = None, *, registry_: Registry | None = None, **options: Any) 
         wrapper = JobFunction(fn, wire_name, opts)
         entry = Registered(wire_name, opts, lambda _payload: fn, _origin_of(fn),
                            signatures.Arity.of(wire_name, fn),
-                           coroutine=inspect.iscoroutinefunction(fn))
+                           coroutine=_is_async(fn))
         (registry_ or registry).add(entry)
         return wrapper
 
@@ -235,7 +245,7 @@ class Job:
         cls.wurk_name = name or f"{cls.__module__}.{cls.__qualname__}"
         registry.add(Registered(cls.wurk_name, opts, cls._bound_perform, _origin_of(cls),
                                 signatures.Arity.of(cls.wurk_name, cls.perform, bound=True),
-                                coroutine=inspect.iscoroutinefunction(cls.perform)))
+                                coroutine=_is_async(cls.perform)))
 
     @classmethod
     def _bound_perform(cls, payload: Mapping[str, Any]) -> Callable[..., Any]:

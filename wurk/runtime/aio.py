@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import inspect
 import queue
 import threading
 from collections.abc import Callable, Coroutine
@@ -99,10 +100,15 @@ def _serve(target: asyncio.AbstractEventLoop) -> None:
     target.run_forever()
 
 
-def blocking(fn: Callable[..., Coroutine[Any, Any, Any]]) -> Callable[..., Any]:
-    """A sync callable that runs ``fn(*args)`` on the process's loop and waits for it."""
+def blocking(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A sync callable that runs ``fn(*args)`` on the process's loop and waits for it.
+
+    What ``fn`` returns is awaited only if it is a coroutine: a decorator
+    around a coroutine function may have run it already.
+    """
     def call(*args: Any, **kwargs: Any) -> Any:
-        return run(fn(*args, **kwargs))
+        outcome = fn(*args, **kwargs)
+        return run(outcome) if inspect.iscoroutine(outcome) else outcome
     return call
 
 
