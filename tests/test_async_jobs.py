@@ -384,6 +384,27 @@ def test_system_exit_in_an_async_job_fails_it_and_the_loop_lives_on(
     wait_for(lambda: ran == ["after"], timeout=10)
 
 
+def test_a_job_that_stops_the_loop_fails_and_the_next_one_gets_a_new_loop(
+        config: Config, r: redis.Redis, define: Define,
+        launch: Callable[..., Launcher]) -> None:
+    ran: list[str] = []
+
+    async def vandal() -> None:
+        asyncio.get_running_loop().stop()
+        await asyncio.sleep(5)
+
+    async def after() -> None:
+        ran.append("after")
+
+    define(vandal).perform_async()
+    launch()
+    wait_for(lambda: r.zcard("retry") == 1, timeout=10)
+    assert json.loads(r.zrange("retry", 0, -1)[0])["error_class"] == "CancelledError"
+    define(after).perform_async()
+    wait_for(lambda: ran == ["after"], timeout=10)
+    assert aio.waiting_threads() == 0
+
+
 TAG: contextvars.ContextVar[str] = contextvars.ContextVar("TAG", default="unset")
 
 

@@ -5,7 +5,9 @@ Duties:
    starts with the first async job (:func:`loop`). A fork drops the parent's
    (its thread did not come along: :func:`forget_after_fork`), so a swarm
    child starts its own; at exit the loop cancels what still runs and closes,
-   so no "Task was destroyed but it is pending" is ever printed.
+   so no "Task was destroyed but it is pending" is ever printed. A loop a
+   job stopped wakes every thread waiting on it (their jobs fail, cancelled)
+   and the next async job starts a new one.
 2. :func:`blocking` turns a coroutine function into a plain callable: the
    processor thread that calls it schedules the coroutine on the loop and
    waits (on a C-level lock) for its outcome, which it returns or raises. So
@@ -97,7 +99,33 @@ def loop() -> asyncio.AbstractEventLoop:
 
 def _serve(target: asyncio.AbstractEventLoop) -> None:
     asyncio.set_event_loop(target)
-    target.run_forever()
+    try:
+        target.run_forever()
+    finally:
+        _ended(target)
+
+
+def _ended(target: asyncio.AbstractEventLoop) -> None:
+    """The loop stopped (a job called ``loop.stop()``, or exit): no thread may wait on it.
+
+    Its tasks are cancelled and given a moment to unwind, so each waiting
+    thread wakes to a cancelled job (a failure, retried as usual); the next
+    async job starts a new loop.
+    """
+    state = _state
+    with state.lock:
+        if state.loop is target:
+            state.loop = state.thread = None
+        stranded = list(state.waiting.values())
+    pending = asyncio.all_tasks(target)
+    for task in pending:
+        task.cancel()
+    if pending and not target.is_closed():
+        target.run_until_complete(asyncio.wait(pending, timeout=EXIT_GRACE))
+    target.close()
+    for waiting in stranded:
+        if waiting.task is None or not waiting.task.done():
+            waiting.channel.put(waiting)  # its outcome: "never started" or not done
 
 
 def blocking(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -211,8 +239,8 @@ def _cancel(waiting: _Waiting) -> None:
 
 def _outcome(waiting: _Waiting) -> Any:
     task = waiting.task
-    if task is None:
-        raise RuntimeError("the async job was never started on the event loop")
+    if task is None or not task.done():
+        raise RuntimeError("the event loop stopped before the async job could end")
     failure = None if task.cancelled() else task.exception()
     if isinstance(failure, _EscapedError) and failure.__cause__ is not None:
         raise failure.__cause__
