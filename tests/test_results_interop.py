@@ -5,29 +5,20 @@ runs the retried job stores its result."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
-import pytest
 import redis
-from conftest import RedisServer
-from test_interop_support import RUBY_RUNS, RubySidekiq, private_redis, ruby_sidekiq, wait_run
+import test_interop_support
+from test_interop_support import RUBY_RUNS, RubySidekiq, wait_run
 from waiting import wait_for
 
 import wurk
 from wurk.runtime.launcher import Launcher
 from wurk.settings.config import Config
 
-
-@pytest.fixture(scope="module")
-def redis_server() -> Iterator[RedisServer]:
-    with private_redis() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def ruby(redis_server: RedisServer) -> Iterator[RubySidekiq]:
-    with redis_server.client() as r, ruby_sidekiq(redis_server.url, r) as server:
-        yield server
+# This module's own redis-server and Ruby Sidekiq (see private_redis).
+redis_server = test_interop_support.module_redis_server
+ruby = test_interop_support.module_ruby
 
 
 def test_ruby_keeps_result_ttl_and_a_wurk_worker_stores_the_retried_jobs_result(

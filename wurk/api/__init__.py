@@ -18,6 +18,8 @@ Modules, one concern each:
   last runs, pause and unpause.
 - ``limiters``: :class:`LimiterSet`, every registered limiter and its use.
 - ``unique``: :class:`UniqueLocks`, the locks of unique jobs.
+- ``class_metrics``: :class:`wurk.api.class_metrics.ClassMetricsQuery`,
+  per-class executions, failures and time from Sidekiq 7's metrics keys.
 - ``paging``: one page of a queue or set, and searches that never read a
   big key whole (the dashboard's data).
 - ``batches``: :class:`BatchSet`, :class:`BatchStatus`: batches, their

@@ -98,7 +98,8 @@ class Batch:
     def __init__(self, description: str | None = None, *, on_complete: Any = None,
                  on_success: Any = None, on_death: Any = None, parent: Any = _CURRENT,
                  callback_queue: str | None = None, workflow: Any = None,
-                 expires_in: float = wire.EXPIRY, client: Client | None = None) -> None:
+                 expires_in: float = wire.EXPIRY, client: Client | None = None,
+                 _fixed: tuple[str, str] | None = None) -> None:
         self.client = client or Client.default()
         if description is not None and not isinstance(description, str):
             raise BatchError(f"description must be a str, got {type(description).__name__}")
@@ -110,7 +111,8 @@ class Batch:
             raise BatchError(f"expires_in must be 1 to {wire.MAX_EXPIRY} seconds, "
                              f"got {expires_in!r}")
         self.parent_bid = _parent_bid(parent)
-        self.bid = secrets.token_urlsafe(10)  # as Sidekiq Pro makes a bid
+        # _fixed (bid, hold): wurk.push.workflow's replayable creation (CREATE is then a replay).
+        self.bid = _fixed[0] if _fixed else secrets.token_urlsafe(10)  # as Sidekiq Pro makes one
         self.description = description
         fields: dict[str, str] = {"description": description or "", "expires_in":
                                   str(int(expires_in))}
@@ -121,7 +123,7 @@ class Batch:
                 raise BatchError(f"workflow data must be JSON: {exc}") from None
         self._set_callbacks(fields, callback_queue, on_complete=on_complete,
                             on_success=on_success, on_death=on_death)
-        self._hold: str | None = wire.HOLD_PREFIX + secrets.token_hex(8)
+        self._hold: str | None = _fixed[1] if _fixed else wire.HOLD_PREFIX + secrets.token_hex(8)
         args: list[Any] = [self.bid, self.parent_bid or "", self._hold, int(expires_in),
                            _prune_before()]
         for name, value in fields.items():

@@ -24,11 +24,16 @@ Duties:
    after all (the write raised), let each built-in give back what it took
    for them (the unique lock), so a push the caller tries again is not
    refused as its own duplicate.
+5. ``aadmit`` and ``aunwritten``: the same built-in steps for the asyncio
+   client (:mod:`wurk.push.aclient`), awaited on its pool; a step with no
+   async form runs its sync one on a worker thread, off the event loop. The
+   application's chain itself is sync in both clients.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -49,13 +54,18 @@ class BuiltIn:
     field: str  # a payload carrying this field goes through this step
     admit: Callable[[Sequence[Prepared], Any], list[bool]]  # True: written
     give_back: Callable[[Iterable[dict[str, Any]], Any], object]
+    # The same two for the asyncio client, on its pool. A step without them
+    # runs its sync pair on a worker thread with the sync pool, off the loop.
+    aadmit: Callable[[Sequence[Prepared], Any], Awaitable[list[bool]]] | None = None
+    agive_back: Callable[[Iterable[dict[str, Any]], Any], Awaitable[object]] | None = None
 
 
 # Run after the application's chain, so the lock is taken on the arguments as
 # they will be written, just before the write. A batch counts its jobs last,
-# so a duplicate the unique step refused is never counted.
+# so a duplicate the unique step refused is never counted. The batch step has
+# no async form: the asyncio client runs it on a worker thread.
 BUILT_IN: tuple[BuiltIn, ...] = (
-    BuiltIn(UNIQUE_FOR, unique.admit, unique.give_back),
+    BuiltIn(UNIQUE_FOR, unique.admit, unique.give_back, unique.aadmit, unique.agive_back),
     BuiltIn(BATCH_FIELD, batch_step.admit, batch_step.give_back),
 )
 
@@ -123,30 +133,75 @@ def admit(batch: list[Prepared], redis: Callable[[], Any]) -> list[Prepared]:
     """The payloads of ``batch`` the built-in steps let through, in order;
     ``redis()`` gives the pool, asked for only when a step has work."""
     for built_in in BUILT_IN:
-        field = built_in.field
-        for payload, _ in batch:
-            if field in payload:
-                break
-        else:
-            continue  # the whole cost of a step no payload asks for
-        mine = [i for i, (payload, _) in enumerate(batch) if field in payload]
-        verdicts = built_in.admit([batch[i] for i in mine], redis())
-        refused = {i for i, ok in zip(mine, verdicts, strict=True) if not ok}
-        if refused:
-            batch = [job for i, job in enumerate(batch) if i not in refused]
+        mine = _carrying(batch, built_in.field)
+        if mine:
+            batch = _without_refused(batch, mine,
+                                     built_in.admit([batch[i] for i in mine], redis()))
     return batch
+
+
+async def aadmit(batch: list[Prepared], redis: Any,
+                 sync_redis: Callable[[], Any]) -> list[Prepared]:
+    """:func:`admit` for the asyncio client: each step through its pool
+    (``redis``), or a step with no async form on a thread with ``sync_redis()``."""
+    for built_in in BUILT_IN:
+        mine = _carrying(batch, built_in.field)
+        if not mine:
+            continue
+        chosen = [batch[i] for i in mine]
+        verdicts = (await built_in.aadmit(chosen, redis) if built_in.aadmit is not None
+                    else await asyncio.to_thread(built_in.admit, chosen, sync_redis()))
+        batch = _without_refused(batch, mine, verdicts)
+    return batch
+
+
+def _carrying(batch: list[Prepared], field: str) -> list[int]:
+    for payload, _ in batch:
+        if field in payload:
+            break
+    else:
+        return []  # the whole cost of a step no payload asks for
+    return [i for i, (payload, _) in enumerate(batch) if field in payload]
+
+
+def _without_refused(batch: list[Prepared], mine: list[int],
+                     verdicts: list[bool]) -> list[Prepared]:
+    refused = {i for i, ok in zip(mine, verdicts, strict=True) if not ok}
+    return [job for i, job in enumerate(batch) if i not in refused] if refused else batch
 
 
 def unwritten(payloads: Iterable[dict[str, Any]], redis: Any) -> None:
     """Give back what built-ins took for payloads that were not written. Raises nothing:
     the caller is already raising the reason the push failed."""
-    chosen = list(payloads)
-    for built_in in BUILT_IN:
-        mine = [payload for payload in chosen if built_in.field in payload]
-        if not mine:
-            continue
+    for built_in, mine in _taken(payloads):
         try:
             built_in.give_back(mine, redis)
         except Exception as exc:  # noqa: BLE001 - what was taken expires on its own
-            log.warning("client.give_back_failed", jids=[p.get("jid") for p in mine][:10],
-                        field=built_in.field, error=describe(exc))
+            _give_back_failed(built_in, mine, exc)
+
+
+async def aunwritten(payloads: Iterable[dict[str, Any]], redis: Any,
+                     sync_redis: Callable[[], Any]) -> None:
+    """:func:`unwritten` for the asyncio client (as :func:`aadmit` picks its pools)."""
+    for built_in, mine in _taken(payloads):
+        try:
+            if built_in.agive_back is not None:
+                await built_in.agive_back(mine, redis)
+            else:
+                await asyncio.to_thread(built_in.give_back, mine, sync_redis())
+        except Exception as exc:  # noqa: BLE001 - what was taken expires on its own
+            _give_back_failed(built_in, mine, exc)
+
+
+def _taken(payloads: Iterable[dict[str, Any]]) -> Iterator[tuple[BuiltIn, list[dict[str, Any]]]]:
+    """Each built-in with the payloads that carry its field (skipping those with none)."""
+    chosen = list(payloads)
+    for built_in in BUILT_IN:
+        mine = [payload for payload in chosen if built_in.field in payload]
+        if mine:
+            yield built_in, mine
+
+
+def _give_back_failed(built_in: BuiltIn, mine: list[dict[str, Any]], exc: Exception) -> None:
+    log.warning("client.give_back_failed", jids=[p.get("jid") for p in mine][:10],
+                field=built_in.field, error=describe(exc))

@@ -13,10 +13,10 @@ Duties:
    cancelled and the wait raises the JobTimeout (``wurk.runtime.aio``).
 3. Never into the next job: the timer fires at most once per run, and only
    under its lock while the run is not done; the job thread ends a run by
-   marking it done under that lock and, if the timer had fired, clearing a
-   delivery still pending. A JobTimeout that lands between the job's end
-   and that clearing is caught in :meth:`JobTimer.run` itself and becomes
-   the run's failure (the job did run past its limit); it never reaches the
+   marking it done under that lock and, if the timer had fired, taking
+   delivery of a JobTimeout still pending and dropping it. One that lands
+   between the job's end and that point is caught in :meth:`JobTimer.run`
+   itself and becomes the run's failure (the job did run past its limit); it never reaches the
    processor's own code after. The job thread takes only the plain lock,
    whose ``with`` is C code: a JobTimeout landing inside a Python-level
    ``__enter__``/``__exit__`` (a Condition's) could leave that held.
@@ -33,6 +33,7 @@ Duties:
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import heapq
 import itertools
@@ -77,10 +78,26 @@ class Run:
     reported: bool = False  # the parent was told about its hard deadline
 
 
-def raise_in(tid: int, exc_type: type[BaseException] | None) -> None:
-    """Raise ``exc_type`` in thread ``tid`` at its next bytecode; None clears a pending one."""
-    target = ctypes.py_object(exc_type) if exc_type is not None else None
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(tid), target)
+def raise_in(tid: int, exc_type: type[BaseException]) -> None:
+    """Raise ``exc_type`` in thread ``tid`` at its next function call or loop jump."""
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(tid), ctypes.py_object(exc_type))
+
+
+def _landing() -> None:
+    """An empty Python call: entering it is a point where a pending async exception lands."""
+
+
+def _absorb_pending() -> None:
+    """Take delivery of a JobTimeout sent to this thread and not yet raised, and drop it.
+
+    Never cleared with ``PyThreadState_SetAsyncExc(tid, NULL)``: on CPython
+    3.11 that leaves the interpreter-wide "async exception pending" flag set
+    with nothing to deliver, so every thread then stops at every call and
+    loop jump for good, and profiled or GIL-contended code crawls to a halt.
+    Letting the exception land and catching it resets the flag.
+    """
+    with contextlib.suppress(JobTimeout):
+        _landing()
 
 
 def timeout_type(message: str, seconds: float, hard: bool) -> type[JobTimeout]:
@@ -155,7 +172,7 @@ class JobTimer:
             self._active.discard(run)
             fired = run.fired
         if fired:
-            raise_in(run.tid, None)  # a delivery still pending is dropped here
+            _absorb_pending()
         if run.reported:
             self._note(b"-" + dumps([run.jid]).encode() + b"\n")
 

@@ -11,7 +11,8 @@ Duties, in order, for each job:
 3. Run it inside the server middleware chain, timing it and logging one line
    at start and one at the end; under cProfile when the payload asks for a
    profile (``wurk.observe.profiler``), and timed and counted while metrics are on
-   (``wurk.observe.metrics``). With both off the run path is unchanged. Whatever the
+   (``wurk.observe.metrics``) and per class (``wurk.observe.class_metrics``,
+   ``class_metrics``). With all off the run path is unchanged. Whatever the
    job or its middleware raises, ``SystemExit`` and ``KeyboardInterrupt``
    included, is the job's failure: nothing a job does ends the thread.
    A job with a ``timeout`` or ``hard_timeout`` runs under the process's
@@ -56,7 +57,7 @@ from wurk.core import logging as wlog
 from wurk.core.logging import get_logger
 from wurk.core.threads import describe
 from wurk.limiter.base import reschedulable
-from wurk.observe import metrics, profiler
+from wurk.observe import class_metrics, metrics, profiler
 from wurk.push.job import Registered, Registry, UnknownJobError
 from wurk.push.time_options import JobExpiredError
 from wurk.runtime import aio, batch, middleware, overlimit, results, settle, time_limits, unique
@@ -88,6 +89,7 @@ class Processor:
         # Metrics on: every run is timed and counted. Off: the plain method, nothing added.
         observed = metrics.for_config(config)
         self._run_job: RunJob = self._run if observed is None else observed.timed(self._run)
+        self._run_job = class_metrics.tracked(config, counters.classes, self._run_job)
 
     def process(self, work: UnitOfWork, slot: str) -> None:
         try:

@@ -104,6 +104,7 @@ class Config:
     metrics_url: str | None = DECLARED
     metrics_dogstatsd: bool = DECLARED
     metrics_prometheus: bool = DECLARED
+    class_metrics: bool = DECLARED
     health_listen: str | None = DECLARED
     web_user: str | None = DECLARED
     web_password: str | None = DECLARED

@@ -182,6 +182,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("metrics_prometheus", "bool", False,
             help="keep in-process totals and serve them on the health listener's "
                  "`GET /metrics` (needs `health_listen`)"),
+    Setting("class_metrics", "bool", True,
+            help="record executions, failures and run times per job class in memory and "
+                 "write them once per heartbeat in Sidekiq 7's metrics keys (the "
+                 "dashboard's Metrics page; Sidekiq 7's Web reads them too)"),
     Setting("health_listen", "str | None", None, limit=f"port 0 to {MAX_PORT}",
             help="`host:port` (or `:port`) of an HTTP listener for `/live` and `/ready`; "
                  "without a host it binds 127.0.0.1; port 0 picks one; swarm child N listens "
