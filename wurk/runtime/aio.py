@@ -24,10 +24,15 @@ Duties:
    ``JobTimeout`` in a thread; when that thread waits on a coroutine, the
    task is cancelled instead (``CancelledError`` inside the job at its next
    ``await``) and the wait raises the ``JobTimeout``. An async exception
-   would not reach a thread blocked in a lock until the lock was released.
-5. :func:`cancel_all` at a stop: the coroutines of jobs a stop handed back
-   are cancelled (their late outcome is dropped anyway), so they do not run
-   on unseen while the process exits; their wait raises :class:`HandedBack`.
+   would not reach a thread blocked in a lock until the lock was released,
+   and a pending one keeps every thread of the process on CPython's slow
+   path; so the wait also wakes by itself every :data:`POLL` seconds, and a
+   JobTimeout raised in the thread just before it began waiting lands then.
+5. :func:`cancel_all` at a stop: the coroutines the stopping Manager's
+   threads wait on (the jobs it handed back) are cancelled (their late
+   outcome is dropped anyway), so they do not run on unseen while the
+   process exits; their wait raises :class:`HandedBack`. Another Launcher
+   in the same process is left alone.
 6. Nothing a job raises stops the loop: ``SystemExit`` and
    ``KeyboardInterrupt`` (which a task re-raises into its loop) leave the
    coroutine wrapped and are raised again in the waiting thread.
@@ -37,14 +42,17 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import inspect
 import queue
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
 # How long the exit hook lets cancelled tasks unwind before closing the loop.
 EXIT_GRACE = 1.0
+# How often a thread waiting on a coroutine wakes by itself (see _next).
+POLL = 0.1
 
 
 class _EscapedError(Exception):
@@ -180,24 +188,44 @@ def _run(coro: Coroutine[Any, Any, Any], channel: queue.SimpleQueue[Any]) -> Any
         while True:
             with state.lock:
                 state.waiting[tid] = waiting
-            item = waiting.channel.get()  # C-level: only the task's end or a request wakes it
+            item = _next(waiting, target)
             with state.lock:
                 state.waiting.pop(tid, None)
             if item is waiting:
                 break
             _serve_request(target, *item)
     except BaseException:
-        # A JobTimeout delivered before the wait began, or the loop is gone:
-        # the coroutine must not run on with nobody waiting for it.
-        if scheduled:
-            target.call_soon_threadsafe(_cancel, waiting)
-        else:
+        # A JobTimeout delivered before or during the wait, or the loop is
+        # gone: the coroutine must not run on with nobody waiting for it.
+        if not scheduled:
             coro.close()
+        elif not target.is_closed():
+            with contextlib.suppress(RuntimeError):  # closed meanwhile: nothing runs it
+                target.call_soon_threadsafe(_cancel, waiting)
         raise
     finally:
         with state.lock:
             state.waiting.pop(tid, None)
     return _outcome(waiting)
+
+
+def _next(waiting: _Waiting, target: asyncio.AbstractEventLoop) -> Any:
+    """The next item on the run's channel: its end (``waiting``) or a sync step.
+
+    The wait wakes every :data:`POLL` seconds on its own, so this thread runs
+    Python again: a JobTimeout the timer raised in it just before it began
+    waiting (it was running sync code then) lands here at once, rather than
+    staying pending (which keeps every thread of the process on CPython's
+    slow path) until the coroutine ends, or for good if it never does. A
+    loop closed without waking this wait (it began as the loop stopped)
+    ends it too.
+    """
+    while True:
+        try:
+            return waiting.channel.get(timeout=POLL)  # C-level; a POLL-long quiet spell
+        except queue.Empty:
+            if target.is_closed():
+                return waiting  # its outcome: done, or "the loop stopped"
 
 
 def _serve_request(target: asyncio.AbstractEventLoop, step: Callable[[], Any],
@@ -273,15 +301,19 @@ def _cancel_as(target: asyncio.AbstractEventLoop, waiting: _Waiting,
         target.call_soon_threadsafe(_cancel, waiting)
 
 
-def cancel_all() -> int:
-    """Cancel every task a thread waits on (a stop gave their jobs back); how many."""
-    state = _state
+def cancel_all(tids: Iterable[int]) -> int:
+    """Cancel the tasks threads ``tids`` wait on (a stop gave their jobs back); how many.
+
+    Only those threads: another Launcher in the same process runs on.
+    """
+    state, chosen = _state, set(tids)
     with state.lock:
         if state.loop is None:
             return 0
-        for waiting in state.waiting.values():
+        mine = [w for tid, w in state.waiting.items() if tid in chosen]
+        for waiting in mine:
             _cancel_as(state.loop, waiting, HandedBack)
-        return len(state.waiting)
+        return len(mine)
 
 
 def waiting_threads() -> int:

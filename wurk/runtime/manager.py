@@ -127,7 +127,7 @@ class Manager:
         leftovers = self.in_flight.abandon_all()
         requeued = self._requeue(leftovers)
         if leftovers:  # their async jobs stop at their next await, not at exit
-            aio.cancel_all()
+            aio.cancel_all(t.ident for t in self._threads if t.ident is not None)
         self.processor.timer.stop()
         self.fetch.stop()
         self._drain_fetches()
