@@ -152,3 +152,46 @@ def test_a_stop_cancels_only_the_coroutines_of_its_own_launcher(
     assert "cancelled:stay" not in marks
     wait_for(lambda: r.llen("queue:staying") == 0 and aio.waiting_threads() == 0, timeout=5)
     assert r.zcard("retry") == 0 and r.zcard("dead") == 0
+
+
+def test_a_task_that_cannot_be_created_fails_the_wait_instead_of_hanging() -> None:
+    def refuse(_loop: asyncio.AbstractEventLoop, _coro: Any) -> asyncio.Task[Any]:
+        raise ValueError("no tasks today")
+
+    async def never() -> None:
+        raise AssertionError("not run")
+
+    target = aio.loop()
+    target.set_task_factory(refuse)
+    try:
+        with pytest.raises(ValueError, match="no tasks today"):
+            aio.run(never())
+    finally:
+        target.set_task_factory(None)
+    assert aio.waiting_threads() == 0
+
+
+def test_a_stop_cancels_a_coroutine_that_swallowed_its_soft_limit(
+        config: Config, r: redis.Redis, define: Define,
+        launch: Callable[..., Launcher]) -> None:
+    marks: list[str] = []
+
+    async def stubborn() -> None:
+        marks.append("started")
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            marks.append("shrugged")  # the soft limit's cancellation, ignored
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            marks.append("stopped")
+            raise
+
+    jid = define(stubborn, timeout=0.2).perform_async()
+    launcher = launch()
+    wait_for(lambda: marks == ["started", "shrugged"], timeout=10)
+    assert launcher.stop(time.monotonic() + 0.3) == 1
+    wait_for(lambda: marks == ["started", "shrugged", "stopped"], timeout=5)
+    wait_for(lambda: aio.waiting_threads() == 0, timeout=5)
+    assert [json.loads(raw)["jid"] for raw in r.lrange("queue:default", 0, -1)] == [jid]

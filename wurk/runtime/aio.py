@@ -69,11 +69,12 @@ class HandedBack(Exception):  # noqa: N818 - what happened, not an error of the 
 class _Waiting:
     """One processor thread's wait on one task, and the channel it is woken through."""
 
-    __slots__ = ("channel", "instead", "task")
+    __slots__ = ("channel", "error", "instead", "task")
 
     def __init__(self, channel: queue.SimpleQueue[Any]) -> None:
         self.channel = channel
         self.task: asyncio.Task[Any] | None = None
+        self.error: BaseException | None = None  # the task could not even be created
         self.instead: type[BaseException] | None = None  # what the wait raises once cancelled
 
 
@@ -255,7 +256,15 @@ async def _guarded(coro: Coroutine[Any, Any, Any]) -> Any:
 
 
 def _start(coro: Coroutine[Any, Any, Any], waiting: _Waiting) -> None:
-    task = asyncio.ensure_future(_guarded(coro))
+    guarded = _guarded(coro)
+    try:
+        task = asyncio.ensure_future(guarded)
+    except BaseException as exc:  # noqa: BLE001 - e.g. a task factory: the job fails
+        guarded.close()  # neither was started: closed, not "never awaited"
+        coro.close()
+        waiting.error = exc
+        waiting.channel.put(waiting)
+        return
     waiting.task = task
     task.add_done_callback(lambda _t: waiting.channel.put(waiting))
 
@@ -267,6 +276,8 @@ def _cancel(waiting: _Waiting) -> None:
 
 def _outcome(waiting: _Waiting) -> Any:
     task = waiting.task
+    if waiting.error is not None:
+        raise waiting.error
     if task is None or not task.done():
         raise RuntimeError("the event loop stopped before the async job could end")
     failure = None if task.cancelled() else task.exception()
@@ -295,10 +306,12 @@ def cancel(tid: int, timeout: type[BaseException]) -> bool:
 
 def _cancel_as(target: asyncio.AbstractEventLoop, waiting: _Waiting,
                instead: type[BaseException]) -> None:
-    """Under the state lock: cancel once, the wait to raise ``instead``."""
+    """Under the state lock: cancel, the wait to raise ``instead`` (the first reason
+    given). Each request cancels again: a coroutine that swallowed a soft
+    limit's cancellation is still stopped by a stop."""
     if waiting.instead is None:
         waiting.instead = instead
-        target.call_soon_threadsafe(_cancel, waiting)
+    target.call_soon_threadsafe(_cancel, waiting)
 
 
 def cancel_all(tids: Iterable[int]) -> int:
