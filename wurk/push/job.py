@@ -17,6 +17,7 @@ Duties:
 
 from __future__ import annotations
 
+import inspect
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -61,6 +62,8 @@ class Registered:
     origin: str = ""
     # The argument counts a push is checked against (None: not checked).
     arity: signatures.Arity | None = None
+    # An ``async def`` function or perform: the worker awaits what it returns.
+    coroutine: bool = False
 
 
 class Registry:
@@ -202,6 +205,16 @@ class JobFunction(Enqueuer, Generic[P, R]):
         return self.fn(*args, **kwargs)
 
 
+def _is_async(fn: Callable[..., Any]) -> bool:
+    """A coroutine function, also under a ``functools.wraps`` decorator that is not one."""
+    if inspect.iscoroutinefunction(fn):
+        return True
+    try:
+        return inspect.iscoroutinefunction(inspect.unwrap(fn))
+    except ValueError:  # a __wrapped__ cycle: take it as it says it is
+        return False
+
+
 def _origin_of(obj: Any) -> str:
     return f"{obj.__module__}.{obj.__qualname__}"
 
@@ -225,7 +238,8 @@ def job(name: Any = None, *, registry_: Registry | None = None, **options: Any) 
         wire_name = name or f"{fn.__module__}.{fn.__qualname__}"
         wrapper = JobFunction(fn, wire_name, opts)
         entry = Registered(wire_name, opts, lambda _payload: fn, _origin_of(fn),
-                           signatures.Arity.of(wire_name, fn))
+                           signatures.Arity.of(wire_name, fn),
+                           coroutine=_is_async(fn))
         (registry_ or registry).add(entry)
         return wrapper
 
@@ -261,7 +275,8 @@ class Job:
         cls.wurk_options = opts
         cls.wurk_name = name or f"{cls.__module__}.{cls.__qualname__}"
         registry.add(Registered(cls.wurk_name, opts, cls._bound_perform, _origin_of(cls),
-                                signatures.Arity.of(cls.wurk_name, cls.perform, bound=True)))
+                                signatures.Arity.of(cls.wurk_name, cls.perform, bound=True),
+                                coroutine=_is_async(cls.perform)))
 
     @classmethod
     def _bound_perform(cls, payload: Mapping[str, Any]) -> Callable[..., Any]:

@@ -17,7 +17,10 @@ all, once, right after every fork (``os.register_at_fork``), in this order:
    inherited claim locks so only the claimer keeps a file, and renew the
    drain-start lock.
 5. The default client (:mod:`wurk.push.client`): rebuilt on first use.
-6. Metrics (:mod:`wurk.observe.metrics`): fresh statsd sockets and totals,
+6. The event loop of ``async def`` jobs (:mod:`wurk.runtime.aio`): its
+   thread stayed in the parent; the child's first async job starts one.
+   Not imported here: ``import wurk`` stays free of asyncio.
+7. Metrics (:mod:`wurk.observe.metrics`): fresh statsd sockets and totals,
    last, so nothing of the parent's is sent once Redis and the client are new.
 
 ``import wurk`` imports this module, so every process that can push gets it.
@@ -26,6 +29,7 @@ all, once, right after every fork (``os.register_at_fork``), in this order:
 from __future__ import annotations
 
 import os
+import sys
 
 from wurk.core import threads
 from wurk.observe import metrics
@@ -42,6 +46,10 @@ def forget_parent_state() -> None:
     spool.forget_after_fork()
     spool_drain.forget_after_fork()
     client.forget_default_client()
+    # Only a process that ran an async job has a loop (and imported asyncio for it).
+    aio = sys.modules.get("wurk.runtime.aio")
+    if aio is not None:
+        aio.forget_after_fork()
     metrics.reset()
 
 

@@ -8,7 +8,9 @@ Duties:
    :class:`~wurk.runtime.time_limits.JobTimeout` inside the job's thread
    with ``PyThreadState_SetAsyncExc``, once per run. CPython delivers it
    between bytecodes, so a job blocked in one long C call (``time.sleep``,
-   a socket read) sees it only when that call returns.
+   a socket read) sees it only when that call returns. A thread waiting on
+   an ``async def`` job gets no async exception: the job's task is
+   cancelled and the wait raises the JobTimeout (``wurk.runtime.aio``).
 3. Never into the next job: the timer fires at most once per run, and only
    under its lock while the run is not done; the job thread ends a run by
    marking it done under that lock and, if the timer had fired, taking
@@ -43,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from wurk.core import threads
 from wurk.core.logging import get_logger
-from wurk.runtime import batch, results, settle, unique
+from wurk.runtime import aio, batch, results, settle, unique
 from wurk.runtime.time_limits import JobTimeout, Limits
 from wurk.runtime.work import Settlement
 from wurk.wire.payload import dumps, loads_job
@@ -220,7 +222,9 @@ class JobTimer:
         run.fired = True
         seconds = (run.limits.hard_timeout if hard else run.limits.timeout) or 0.0
         kind = "hard_timeout" if hard else "timeout"
-        raise_in(run.tid, timeout_type(f"job ran past its {kind} of {seconds:g}s", seconds, hard))
+        timeout = timeout_type(f"job ran past its {kind} of {seconds:g}s", seconds, hard)
+        if not aio.cancel(run.tid, timeout):  # an async job's task is cancelled instead
+            raise_in(run.tid, timeout)
         if not hard:
             log.warning("job.timeout", jid=run.jid, queue=run.work.queue, timeout=seconds)
 

@@ -12,7 +12,8 @@ Duties:
 3. ``quiet`` stops fetching; ``stop(deadline)`` waits for running jobs until
    the deadline, then pushes whatever is still running back to its queue in
    one pipeline and marks those slots so their late outcome is dropped (a
-   failure still waiting to be written stops retrying: ``wait_abandoned``).
+   failure still waiting to be written stops retrying: ``wait_abandoned``);
+   the coroutines of async jobs handed back are cancelled (``wurk.runtime.aio``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from wurk.core import logging as wlog
 from wurk.core import threads
 from wurk.core.logging import get_logger
 from wurk.redis.pools import pool_for
+from wurk.runtime import aio
 from wurk.runtime.fetch import BasicFetch
 from wurk.runtime.inflight import Counters, InFlightTable, Running
 from wurk.runtime.processor import Processor
@@ -124,6 +126,8 @@ class Manager:
             thread.join(max(0.0, deadline - time.monotonic()))
         leftovers = self.in_flight.abandon_all()
         requeued = self._requeue(leftovers)
+        if leftovers:  # their async jobs stop at their next await, not at exit
+            aio.cancel_all(t.ident for t in self._threads if t.ident is not None)
         self.processor.timer.stop()
         self.fetch.stop()
         self._drain_fetches()

@@ -60,7 +60,7 @@ from wurk.limiter.base import reschedulable
 from wurk.observe import class_metrics, metrics, profiler
 from wurk.push.job import Registered, Registry, UnknownJobError
 from wurk.push.time_options import JobExpiredError
-from wurk.runtime import batch, middleware, overlimit, results, settle, time_limits, unique
+from wurk.runtime import aio, batch, middleware, overlimit, results, settle, time_limits, unique
 from wurk.runtime.job_timer import JobTimer
 from wurk.runtime.retry import RetryHandler
 from wurk.runtime.work import Settlement
@@ -157,6 +157,8 @@ class Processor:
             if entry is None:
                 raise UnknownJobError.for_name(job["class"])
             perform = entry.factory(job)
+            if entry.coroutine:  # on the process's event loop, this thread waiting
+                perform = aio.blocking(perform)
             if results.TTL in job:
                 perform = results.capturing(perform)
             middleware.invoke(self.config.server_middleware, job, queue,
