@@ -35,6 +35,7 @@ import sys
 import threading
 import time
 from collections.abc import MutableMapping
+from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
 from typing import Any
 
 import structlog
@@ -70,14 +71,22 @@ def _json_fallback(obj: Any) -> Any:
 
 
 class JsonRenderer:
-    """structlog's JSONRenderer output, from one encoder built once (json.dumps
-    with ``default=`` builds a new encoder on every call)."""
+    """structlog's JSONRenderer output (``json.dumps(event, default=...)``), from
+    an encoder built once: json.dumps with ``default=`` builds a new encoder,
+    and JSONEncoder.encode a new C encoder, on every call."""
 
     def __init__(self) -> None:
-        self._encode = json.JSONEncoder(default=_json_fallback).encode
+        encoder = json.JSONEncoder(default=_json_fallback)
+        self._encode: Any = encoder.encode
+        if c_make_encoder is not None:
+            # No circular-reference markers: a dict shared between threads
+            # would be corrupted; a cyclic value fails with RecursionError.
+            fast = c_make_encoder(None, _json_fallback, encode_basestring_ascii, None,
+                                  ": ", ", ", False, False, True)
+            self._encode = lambda event: "".join(fast(event, 0))
 
     def __call__(self, _logger: Any, _method: str, event: MutableMapping[str, Any]) -> str:
-        return self._encode(event)
+        return str(self._encode(event))
 
 
 _stamp_second: tuple[int, str] = (-1, "")
@@ -226,8 +235,10 @@ def _emit(method: str, event: str, fields: dict[str, Any]) -> None:
         fields.setdefault(key, value)
     fields["level"] = method
     add_timestamp(None, method, fields)
-    redact_urls(None, method, fields)
-    line = _renderer(None, method, fields) + "\n"
+    line = _renderer(None, method, fields)
+    if "://" in line:  # a string value may hold a URL: redact, render again
+        line = _renderer(None, method, redact_urls(None, method, fields))
+    line += "\n"
     SINK.write(line.encode("utf-8", "replace"), urgent=level >= logging.WARNING)
 
 
