@@ -6,12 +6,14 @@ job's cost. Lines at info and debug level are kept in memory and written
 in batches; everything louder is written at once.
 
 Duties:
-1. :meth:`LineSink.write`: append one rendered line. A batched line waits
-   at most :data:`FLUSH_INTERVAL` (a flusher thread writes it) and never
-   behind more than :data:`MAX_PENDING` bytes (the writing thread flushes
-   then). An urgent line (warning and louder) first flushes what is
-   pending, then is written before the call returns: it survives the
-   process dying right after, and order is kept.
+1. :meth:`LineSink.write`: append one rendered line. An urgent line
+   (warning and louder) first flushes what is pending, then is written
+   before the call returns: it survives the process dying right after, and
+   order is kept. So is a quiet line that follows a spell of
+   :data:`FLUSH_INTERVAL` without a write: a process that logs little
+   writes each line at once. Within a stream of lines, a line waits at most
+   :data:`FLUSH_INTERVAL` (a flusher thread writes it) and never behind
+   more than :data:`MAX_PENDING` bytes (the writing thread flushes then).
 2. Lines stay whole and in order: lines are appended under one lock, and
    written in chunks of whole lines of at most ``PIPE_BUF`` bytes (one line
    longer than that alone), under a second lock, so a pipe shared with
@@ -37,6 +39,7 @@ import os
 import select
 import threading
 import time
+from collections.abc import Callable
 
 FLUSH_INTERVAL = 0.1  # seconds a batched line may wait
 MAX_PENDING = 64 * 1024  # bytes pending before the writing thread flushes itself
@@ -57,10 +60,12 @@ class LineSink:
     """Whole lines to one file descriptor, batched unless urgent."""
 
     def __init__(self, fd: int = 2, interval: float = FLUSH_INTERVAL,
-                 max_pending: int = MAX_PENDING) -> None:
+                 max_pending: int = MAX_PENDING,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.fd = fd
         self.interval = interval
         self.max_pending = max_pending
+        self._clock = clock
         self._reset()
 
     def _reset(self) -> None:
@@ -71,6 +76,7 @@ class LineSink:
         self._wake = threading.Event()
         self._flusher: threading.Thread | None = None
         self._flusher_pid = 0
+        self._last_write = -float("inf")  # clock of the last write
 
     def write(self, line: bytes, urgent: bool = False) -> None:
         """Append one line (ending in a newline); urgent lines are written now."""
@@ -79,12 +85,15 @@ class LineSink:
                 self._write(self._take())
                 self._put(line)
             return
+        now = self._clock()
         with self._lock:
             first = not self._pending
             self._pending.append(line)
             self._size += len(line)
             full = self._size >= self.max_pending
-        if full:
+        if full or (first and now - self._last_write >= self.interval):
+            # A line after a quiet spell goes out at once, as an urgent one:
+            # only a steady stream of lines is batched.
             self.flush()
         elif first:
             self._ensure_flusher()
@@ -119,6 +128,7 @@ class LineSink:
             self._put(b"".join(chunk))
 
     def _put(self, data: bytes) -> None:
+        self._last_write = self._clock()
         write_all(self.fd, data)
 
     def _ensure_flusher(self) -> None:
