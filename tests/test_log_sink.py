@@ -155,41 +155,44 @@ def test_the_flusher_writes_a_quiet_process_lines_without_more_logging(tmp_path:
 
 class RecordingSink(LineSink):
     """Keeps each write's bytes instead of writing them; no flusher thread;
-    a clock that moves only when told to (lines after the first are batched)."""
+    a clock that moves only when told to."""
 
-    def __init__(self, max_pending: int = 10**9) -> None:
+    def __init__(self, max_pending: int = 10**9, burst: int = 2) -> None:
         self.now = 1000.0
-        super().__init__(fd=-1, interval=0.1, max_pending=max_pending, clock=lambda: self.now)
+        super().__init__(fd=-1, interval=0.1, max_pending=max_pending, burst=burst,
+                         clock=lambda: self.now)
         self.writes: list[bytes] = []
 
     def _put(self, data: bytes) -> None:
-        super()._put(b"")  # notes the time of the write
         self.writes.append(data)
 
     def _ensure_flusher(self) -> None:
         pass
 
 
-def test_a_line_after_a_quiet_spell_is_written_at_once_a_stream_is_batched() -> None:
-    sink = RecordingSink(max_pending=100)
+def test_a_few_lines_are_written_at_once_a_stream_is_batched() -> None:
+    sink = RecordingSink(max_pending=100, burst=2)
     sink.write(b"first\n")
-    assert sink.writes == [b"first\n"]  # nothing written for a while: at once
-    sink.now += 0.05
     sink.write(b"second\n")
+    assert sink.writes == [b"first\n", b"second\n"]  # within the burst: at once
+    sink.now += 0.05
     sink.write(b"third\n")
-    assert sink.pending() == 2 and len(sink.writes) == 1
-    sink.now += 1.0  # still pending: the flusher's job, not the next line's
     sink.write(b"fourth\n")
+    assert sink.pending() == 2 and len(sink.writes) == 2  # a stream: batched
+    sink.now += 1.0  # a new interval, but lines are pending: they keep their order
+    sink.write(b"fifth\n")
     assert sink.pending() == 3
     sink.write(b"x" * 100 + b"\n")  # past max_pending: the writer flushes
     assert sink.pending() == 0
-    assert b"".join(sink.writes) == b"first\nsecond\nthird\nfourth\n" + b"x" * 100 + b"\n"
+    assert b"".join(sink.writes) == (b"first\nsecond\nthird\nfourth\nfifth\n"
+                                     + b"x" * 100 + b"\n")
+    sink.now += 1.0
+    sink.write(b"quiet again\n")
+    assert sink.writes[-1] == b"quiet again\n"
 
 
 def test_chunks_hold_whole_lines_of_at_most_pipe_buf_bytes() -> None:
-    sink = RecordingSink()
-    sink.write(b"opening\n")  # written at once: the lines below are a stream
-    sink.writes.clear()
+    sink = RecordingSink(burst=0)
     lines = [(f"{i}:" + "z" * (i * 37 % 900)).encode() + b"\n" for i in range(200)]
     lines.append(b"L" * (CHUNK * 2) + b"\n")  # longer than a chunk: written alone
     lines.append(b"after\n")

@@ -9,11 +9,12 @@ Duties:
 1. :meth:`LineSink.write`: append one rendered line. An urgent line
    (warning and louder) first flushes what is pending, then is written
    before the call returns: it survives the process dying right after, and
-   order is kept. So is a quiet line that follows a spell of
-   :data:`FLUSH_INTERVAL` without a write: a process that logs little
-   writes each line at once. Within a stream of lines, a line waits at most
-   :data:`FLUSH_INTERVAL` (a flusher thread writes it) and never behind
-   more than :data:`MAX_PENDING` bytes (the writing thread flushes then).
+   order is kept. So are the first :data:`BURST` lines of every
+   :data:`FLUSH_INTERVAL` while nothing is pending: a process that logs
+   little (a test, a quiet worker) writes each line at once, as before.
+   Past that, a line waits at most :data:`FLUSH_INTERVAL` (a flusher thread
+   writes it) and never behind more than :data:`MAX_PENDING` bytes (the
+   writing thread flushes then).
 2. Lines stay whole and in order: lines are appended under one lock, and
    written in chunks of whole lines of at most ``PIPE_BUF`` bytes (one line
    longer than that alone), under a second lock, so a pipe shared with
@@ -42,6 +43,7 @@ import time
 from collections.abc import Callable
 
 FLUSH_INTERVAL = 0.1  # seconds a batched line may wait
+BURST = 32  # lines per FLUSH_INTERVAL written at once before batching starts
 MAX_PENDING = 64 * 1024  # bytes pending before the writing thread flushes itself
 CHUNK = getattr(select, "PIPE_BUF", 4096)  # one write of at most this many bytes is atomic
 
@@ -60,11 +62,12 @@ class LineSink:
     """Whole lines to one file descriptor, batched unless urgent."""
 
     def __init__(self, fd: int = 2, interval: float = FLUSH_INTERVAL,
-                 max_pending: int = MAX_PENDING,
+                 max_pending: int = MAX_PENDING, burst: int = BURST,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.fd = fd
         self.interval = interval
         self.max_pending = max_pending
+        self.burst = burst
         self._clock = clock
         self._reset()
 
@@ -76,7 +79,8 @@ class LineSink:
         self._wake = threading.Event()
         self._flusher: threading.Thread | None = None
         self._flusher_pid = 0
-        self._last_write = -float("inf")  # clock of the last write
+        self._window = -float("inf")  # when the current interval began
+        self._in_window = 0  # lines logged since then
 
     def write(self, line: bytes, urgent: bool = False) -> None:
         """Append one line (ending in a newline); urgent lines are written now."""
@@ -87,13 +91,15 @@ class LineSink:
             return
         now = self._clock()
         with self._lock:
+            if now - self._window >= self.interval:
+                self._window, self._in_window = now, 0
+            self._in_window += 1
             first = not self._pending
             self._pending.append(line)
             self._size += len(line)
             full = self._size >= self.max_pending
-        if full or (first and now - self._last_write >= self.interval):
-            # A line after a quiet spell goes out at once, as an urgent one:
-            # only a steady stream of lines is batched.
+        if full or (first and self._in_window <= self.burst):
+            # A few lines at a time go out at once: only a stream is batched.
             self.flush()
         elif first:
             self._ensure_flusher()
@@ -128,7 +134,6 @@ class LineSink:
             self._put(b"".join(chunk))
 
     def _put(self, data: bytes) -> None:
-        self._last_write = self._clock()
         write_all(self.fd, data)
 
     def _ensure_flusher(self) -> None:
