@@ -152,9 +152,18 @@ def enqueue(url: str, jobs: int) -> float:
     return jobs / elapsed
 
 
+# Runs a module as __main__ with wurk and supervisor from PYTHONPATH: a venv's
+# editable install of wurk puts a finder on sys.meta_path that would win over
+# PYTHONPATH, and --tree would then run this tree's code under another name.
+BOOT = ("import runpy, sys; "
+        "sys.meta_path[:] = [f for f in sys.meta_path if '__editable__' not in "
+        "getattr(f, '__module__', '') + getattr(type(f), '__module__', '')]; "
+        "module = sys.argv.pop(1); runpy.run_module(module, run_name='__main__', alter_sys=True)")
+
+
 def worker_command(concurrency: int, variant: Variant, scratch: Path) -> list[str]:
     if not variant.swarm:
-        return [sys.executable, "-m", "wurk.cli", "run", "-c", str(concurrency),
+        return [sys.executable, "-c", BOOT, "wurk.cli", "run", "-c", str(concurrency),
                 "-r", "bench.jobs", "--log-level", variant.level]
     topology = scratch / "topology.toml"
     topology.write_text(
@@ -163,7 +172,7 @@ def worker_command(concurrency: int, variant: Variant, scratch: Path) -> list[st
         f'log_level = "{variant.level}"\n\n'
         f'[[slot]]\nname = "bench"\ncount = {variant.swarm}\n'
         f'concurrency = {concurrency}\nqueues = ["default"]\n')
-    return [sys.executable, "-m", "supervisor.cli", "--topology", str(topology)]
+    return [sys.executable, "-c", BOOT, "supervisor.cli", "--topology", str(topology)]
 
 
 def worker_env(url: str, variant: Variant) -> dict[str, str]:
