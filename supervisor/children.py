@@ -80,6 +80,8 @@ class SlotState:
     crashes: int = 0
     boot_failures: int = 0
     next_spawn_at: float = 0.0
+    # Per index, the children that exited there and were to be replaced.
+    restarts: dict[int, int] = field(default_factory=dict)
 
     def grow(self) -> None:
         """One more child (TTIN), unless the slot is at its max_count."""
@@ -106,6 +108,7 @@ class SlotState:
     def count_exit(self, child: Child, code: int, *, boot_failure_limit: int,
                    backoff_max: float) -> bool:
         """Judge a child's exit and schedule its respawn; False when the slot gives up."""
+        self.restarts[child.index] = self.restarts.get(child.index, 0) + 1
         if not child.ready and code == EX_BOOT:
             self.boot_failures += 1
             log.error("child.boot_failed", slot=self.slot.name, exit=code,

@@ -10,12 +10,17 @@ Duties:
 1. Name the swarm and describe it in its hash: ``info`` (JSON: identity,
    hostname, pid, started_at, slots with their wanted counts, topology path),
    ``beat`` (epoch seconds), ``state`` (running, quiet or draining) and
-   ``children`` (a JSON list of the children's identities).
+   ``children`` (a JSON list of the children's identities); ``info`` also
+   holds ``restarts``, per slot and index the times a child there exited
+   and was respawned (a crash, a kill, a remote stop; not a rolling restart
+   or a scale-down).
 2. ``refresh``, called on every supervise tick, acts at most once per
    ``heartbeat_interval``: one script (``wurk.wire.lua.BEAT``, as a worker's
    heartbeat) RPOPs one signal, registers and rewrites the hash with a 60 s
    TTL, so it still lands when Redis is at maxmemory; the signal goes to
-   the swarm as a command (see :data:`SIGNAL_COMMANDS`).
+   the swarm as a command (see :data:`SIGNAL_COMMANDS`). ``TTIN:<slot>``
+   and ``TTOU:<slot>`` scale one slot only (``more:<slot>``, ``fewer:<slot>``);
+   a swarm of an older wurk ignores them as unknown signals.
 3. ``unregister`` when the drain ends: leave the set, delete the hash and
    any signals still queued.
 4. Never stall or crash supervision over Redis: one try per call, never a
@@ -31,7 +36,7 @@ import secrets
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +56,8 @@ SIGNAL_COMMANDS = {
     "TSTP": "quiet", "TERM": "shutdown", "TTIN": "more", "TTOU": "fewer",
     "USR1": "restart", "HUP": "restart", "USR2": "status",
 }
+# The signals that may name one slot: ``TTIN:<slot>``.
+SLOT_SIGNALS = ("TTIN", "TTOU")
 
 
 def swarm_identity(pid: int | None = None, hostname: str | None = None) -> str:
@@ -66,6 +73,7 @@ class SwarmSnapshot:
     slots: dict[str, int]
     children: list[str]
     state: str
+    restarts: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 class RemoteControl:
@@ -104,15 +112,19 @@ class RemoteControl:
             self._obey(_text(signal))
 
     def _fields(self, snapshot: SwarmSnapshot) -> list[Any]:
-        info = json.dumps({**self._info, "slots": snapshot.slots})
+        info = json.dumps({**self._info, "slots": snapshot.slots,
+                           "restarts": snapshot.restarts})
         return ["info", info, "beat", repr(time.time()), "state", snapshot.state,
                 "children", json.dumps(snapshot.children)]
 
     def _obey(self, name: str) -> None:
-        command = SIGNAL_COMMANDS.get(name)
-        if command is None:
-            log.warning("swarm.unknown_signal", identity=self.identity, signal=name)
+        base, one_slot, slot = name.partition(":")
+        command = SIGNAL_COMMANDS.get(base)
+        if command is None or (one_slot and (base not in SLOT_SIGNALS or not slot)):
+            log.warning("swarm.unknown_signal", identity=self.identity, signal=name[:200])
             return
+        if one_slot:
+            command = f"{command}:{slot}"
         log.info("swarm.remote_signal", identity=self.identity, signal=name, command=command)
         self.on_command(command)
 

@@ -94,8 +94,11 @@ def snapshot(children: Iterable[Child], slots: Mapping[str, SlotState],
              state: str) -> SwarmSnapshot:
     ready = sorted((c.slot.name, c.index, c.identity) for c in children
                    if c.identity is not None)
+    restarts = {name: {str(i): n for i, n in sorted(s.restarts.items())}
+                for name, s in slots.items() if s.restarts}
     return SwarmSnapshot(slots=wanted(slots),
-                         children=[identity for _, _, identity in ready], state=state)
+                         children=[identity for _, _, identity in ready], state=state,
+                         restarts=restarts)
 
 
 def log_booted(children: Iterable[Child], slots: Mapping[str, SlotState],

@@ -17,8 +17,9 @@ Duties:
    (``supervisor.memory``) is replaced.
 4. Commands, from the main thread's signals (``supervisor.cli``) or an
    operator through Redis (``supervisor.remote``): quiet, rolling restart
-   (``supervisor.rolling``), more or fewer children up to each slot's
-   ``max_count``, a status dump (``supervisor.status``).
+   (``supervisor.rolling``), more or fewer children (in every slot, or in
+   one: ``more:<slot>``) up to each slot's ``max_count``, a status dump
+   (``supervisor.status``).
 5. Drain (``request_shutdown``, thread-safe and idempotent): TERM every
    child, KILL what is left after shutdown_timeout + grace (exit
    :data:`EX_KILLED`), reap all, unregister. ``shutdown`` drains directly
@@ -232,9 +233,12 @@ class Swarm:
                 name = self._commands.get_nowait()
             except queue.Empty:
                 return
-            handler = getattr(self, f"_cmd_{name}", None)
-            if handler is None:
+            verb, _, slot = name.partition(":")  # more:<slot>, fewer:<slot>: one slot only
+            handler = getattr(self, f"_cmd_{verb}", None)
+            if handler is None or (slot and verb not in ("more", "fewer")):
                 log.warning("swarm.unknown_command", command=name)
+            elif slot:
+                handler(slot)
             else:
                 handler()
 
@@ -266,16 +270,25 @@ class Swarm:
         self._quiet = False
         log.info("swarm.rolling_restart", children=self.rolling.start(self.children.values()))
 
-    def _cmd_more(self) -> None:
-        for state in self.slots.values():
+    def _cmd_more(self, slot: str = "") -> None:
+        for state in self._chosen(slot).values():
             state.grow()
         log.info("swarm.scale", wanted=wanted(self.slots))
 
-    def _cmd_fewer(self) -> None:
-        for child in beyond_wanted(self.slots, self.children):
+    def _cmd_fewer(self, slot: str = "") -> None:
+        for child in beyond_wanted(self._chosen(slot), self.children):
             child.retiring = True
             processes.stop(child, self.topology.shutdown_grace)
         log.info("swarm.scale", wanted=wanted(self.slots))
+
+    def _chosen(self, slot: str) -> dict[str, SlotState]:
+        """Every slot, or the one named (none, logged, when there is no such slot)."""
+        if not slot:
+            return self.slots
+        if slot not in self.slots:
+            log.warning("swarm.unknown_slot", slot=slot[:200])
+            return {}
+        return {slot: self.slots[slot]}
 
     def _cmd_status(self) -> None:
         status.log_status(self.children.values(), time.monotonic())

@@ -102,7 +102,11 @@ class Topology:
         return max(slot.config.shutdown_timeout for slot in self.slots)
 
 
-def load(path: str | Path) -> Topology:
+def load(path: str | Path, *, defaults: Mapping[str, Any] | None = None,
+         defaults_source: str = "defaults") -> Topology:
+    """``defaults``: settings under the file's ``[wurk]`` table and over the
+    environment (a framework's own, such as Django's ``settings.WURK``); an
+    error in one names ``defaults_source``."""
     path = Path(path)
     try:
         document = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -110,11 +114,12 @@ def load(path: str | Path) -> Topology:
         raise TopologyError(f"{path}: cannot read the topology file: {exc.strerror}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise TopologyError(f"{path}: invalid TOML: {exc}") from None
-    return parse(document, path)
+    return parse(document, path, defaults=defaults, defaults_source=defaults_source)
 
 
-def parse(document: dict[str, Any], path: Path,
-          env: Mapping[str, str] | None = None) -> Topology:
+def parse(document: dict[str, Any], path: Path, env: Mapping[str, str] | None = None, *,
+          defaults: Mapping[str, Any] | None = None,
+          defaults_source: str = "defaults") -> Topology:
     """``env`` (default: this process's) gives ``REDIS_URL`` and ``WURK_*``
     values under the file's: the file wins, as with ``wurk run -C``."""
     where = str(path)
@@ -128,8 +133,10 @@ def parse(document: dict[str, Any], path: Path,
     except ConfigError as exc:
         raise TopologyError(f"{where}: {exc}") from None
     # Errors about a value the environment gave name its variable, not the file.
-    sources = {k: v for k, v in env_sources.items() if k not in table}
-    table = {**environment, **table}
+    given = dict(defaults or {})
+    sources = {k: v for k, v in env_sources.items() if k not in table and k not in given}
+    sources.update((k, defaults_source) for k in given if k not in table)
+    table = {**environment, **given, **table}
     base = _config(table, f"{where}: [wurk]", sources)
     slots_raw = document.get("slot")
     if not isinstance(slots_raw, list) or not slots_raw:

@@ -56,6 +56,9 @@ def test_no_file_is_above_its_size_limit() -> None:
     ("supervisor.swarm", "wurk.admin.control", "supervisor uses only wurk's runtime and below"),
     ("supervisor.child_boot", "wurk.cli", "supervisor uses only wurk's runtime and below"),
     ("wurk.elsewhere", "wurk.core.logging", "a module outside every layer"),
+    ("wurk.cli", "wurk.contrib.django.apps", "wurk.cli is below wurk.contrib"),
+    ("wurk.runtime.hosting", "supervisor.hosting", "wurk never imports supervisor"),
+    ("supervisor.cli", "wurk.contrib.django.boot", "supervisor uses only wurk's runtime and below"),
 ])
 def test_the_checker_reports_each_kind_of_violation(source: str, target: str, why: str) -> None:
     [found] = structure.violations([structure.Edge(source, target, 1)])
@@ -86,9 +89,17 @@ def test_the_swarm_parent_loads_neither_the_admin_cli_nor_the_api() -> None:
     assert [m for m in loaded if m.startswith(("wurk.admin", "wurk.api", "wurk.cli"))] == []
 
 
+def test_only_wurk_contrib_may_import_supervisor() -> None:
+    edge = structure.Edge("wurk.contrib.asgi", "supervisor.hosting", 1)
+    assert structure.violations([edge]) == []
+
+
 def test_import_wurk_loads_no_worker_runtime_and_no_admin_side() -> None:
     loaded = _loaded_by("import wurk")
     assert "wurk.push.client" in loaded
     # The after-fork resets are the one runtime module every pushing process needs.
     assert [m for m in loaded if m.startswith("wurk.runtime.")] == ["wurk.runtime.forking"]
     assert [m for m in loaded if m.startswith(("wurk.admin", "wurk.api", "wurk.cli"))] == []
+    # Framework integrations are optional extras: never imported by wurk itself.
+    assert [m for m in loaded if m.startswith("wurk.contrib")
+            or m.split(".")[0] in ("django", "flask", "starlette", "fastapi")] == []

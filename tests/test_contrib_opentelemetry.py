@@ -18,7 +18,7 @@ import cli_workers
 import pytest
 import redis
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 from waiting import wait_for
@@ -331,6 +331,25 @@ def test_instrument_is_idempotent_and_checks_its_options(config: Config) -> None
     assert isinstance(config.server_middleware[0], wotel.ConsumerMiddleware)
     with pytest.raises(ValueError, match="propagation must be one of child, link"):
         wotel.instrument(Config(), propagation="sibling")  # type: ignore[arg-type]
+
+
+def test_the_shutdown_hook_exports_what_a_batch_processor_still_holds(config: Config) -> None:
+    held = InMemorySpanExporter()
+    provider = TracerProvider()
+    # A batch processor that would wait a minute before exporting on its own.
+    provider.add_span_processor(BatchSpanProcessor(held, schedule_delay_millis=60_000))
+    try:
+        wotel.instrument(config, tracer_provider=provider)
+        wotel.instrument(config, tracer_provider=provider)
+        hooks = [h for h in config.on_shutdown if isinstance(h, wotel.FlushSpans)]
+        assert len(hooks) == 1
+        with provider.get_tracer("test").start_as_current_span("last words"):
+            pass
+        assert held.get_finished_spans() == ()
+        hooks[0]()  # what a swarm child calls before os._exit
+        assert [s.name for s in held.get_finished_spans()] == ["last words"]
+    finally:
+        provider.shutdown()
 
 
 @pytest.fixture

@@ -204,6 +204,8 @@ def test_instrument_is_idempotent_and_checks_its_options(config: Config) -> None
     assert [type(h) for h in config.error_handlers] == [wsentry.ErrorReporter]
     assert config.death_handlers == []
     assert [type(m) for m in config.server_middleware] == [wsentry.SentryMiddleware]
+    # Swarm children leave by os._exit: the SDK's queue is flushed by this hook.
+    assert config.on_shutdown == [wsentry.flush_events]
     with pytest.raises(ValueError, match="report must be one of every, final"):
         wsentry.instrument(Config(), report="sometimes")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="send_args must be None, a bool or a function"):

@@ -108,6 +108,20 @@ def private_redis() -> Iterator[RedisServer]:
         shutil.rmtree(server.workdir, ignore_errors=True)
 
 
+@pytest.fixture(scope="module")
+def module_redis_server() -> Iterator[RedisServer]:
+    """A module's own redis-server: assign it as ``redis_server`` in the module."""
+    with private_redis() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def module_ruby(redis_server: RedisServer) -> Iterator[RubySidekiq]:
+    """One Ruby Sidekiq for the module: assign it as ``ruby`` in the module."""
+    with redis_server.client() as r, ruby_sidekiq(redis_server.url, r) as server:
+        yield server
+
+
 # -- Ruby availability -------------------------------------------------------
 @functools.cache
 def _ruby_problem() -> str | None:

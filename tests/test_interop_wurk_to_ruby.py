@@ -9,20 +9,17 @@ finds its own jobs by jid.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import redis
-from conftest import RedisServer
+import test_interop_support
 from test_interop_support import (
     ARGS,
     RUBY_RUNS,
     RubySidekiq,
     assert_exact,
     list_items,
-    private_redis,
-    ruby_sidekiq,
     ruby_types,
     run_ruby,
     wait_run,
@@ -35,18 +32,9 @@ from wurk.api import DeadSet, RetrySet, SortedEntry
 from wurk.push.job import registry
 from wurk.settings.config import Config
 
-
-@pytest.fixture(scope="module")
-def redis_server() -> Iterator[RedisServer]:
-    """This module's own redis-server (see private_redis)."""
-    with private_redis() as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def ruby(redis_server: RedisServer) -> Iterator[RubySidekiq]:
-    with redis_server.client() as r, ruby_sidekiq(redis_server.url, r) as server:
-        yield server
+# This module's own redis-server and Ruby Sidekiq (see private_redis).
+redis_server = test_interop_support.module_redis_server
+ruby = test_interop_support.module_ruby
 
 
 def test_wurk_pushed_jobs_run_on_ruby_with_exact_args(ruby: RubySidekiq, config: Config,

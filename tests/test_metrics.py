@@ -168,7 +168,8 @@ def test_metrics_off_sends_nothing_and_adds_nothing(
     monkeypatch.setattr(metrics.StatsdSender, "__init__",
                         lambda self, *a: made.append(a))  # any sender at all is a failure
     assert config.metrics_url is None and metrics.for_config(config) is None
-    launcher = launch_with(config)
+    # Per-class metrics (class_metrics, on by default) wrap the run too: off here.
+    launcher = launch_with(dataclasses.replace(config, class_metrics=False))
     processor = launcher.manager.processor
     assert processor._run_job == processor._run  # the plain method: no timing wrapper
     assert launcher.heartbeat.on_beat is None

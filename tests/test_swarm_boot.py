@@ -177,11 +177,12 @@ HOSTED_SCRIPT = textwrap.dedent("""
                 break
             await asyncio.sleep(0.1)
         print(json.dumps({"event": "hosted.ready", "children": len(infos)}), flush=True)
+        hosted = asgi_app.workers.runner
         await messages.put({"type": "lifespan.shutdown"})
         await task
         print(json.dumps({"event": "hosted.done", "sent": sent,
-                          "exit_code": asgi_app.runner.swarm.exit_code,
-                          "children_left": len(asgi_app.runner.swarm.children)}), flush=True)
+                          "exit_code": hosted.swarm.exit_code,
+                          "children_left": len(hosted.swarm.children)}), flush=True)
 
     asyncio.run(lifespan())
 """)

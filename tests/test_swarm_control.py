@@ -30,6 +30,7 @@ from swarms import REPO, Launch, SwarmProcess, event_time, gone, push, slot
 from waiting import wait_for
 
 from supervisor.remote import SIGNAL_COMMANDS, RemoteControl, SwarmSnapshot
+from wurk.api import SwarmSet
 from wurk.redis.pools import close_pool
 from wurk.settings.config import Config
 
@@ -372,3 +373,30 @@ def test_at_maxmemory_the_swarm_still_registers_and_takes_its_signals(
     finally:
         close_pool(config)
         client.close()
+
+
+def test_ttin_and_ttou_may_name_one_slot(config: Config, r: redis.Redis) -> None:
+    clock = Clock()
+    commands: list[str] = []
+    control = RemoteControl(config, Path("t.toml"), commands.append, clock=clock)
+    signals = f"{control.identity}-signals"
+    for name in ("TTIN:alpha", "TTOU:beta", "TSTP:alpha", "TTIN:", "TTIN:a:b"):
+        r.lpush(signals, name)
+        with capture_logs() as logs:
+            control.refresh(snapshot())
+        clock.now += config.heartbeat_interval
+        if name in ("TSTP:alpha", "TTIN:"):
+            assert [e["event"] for e in logs] == ["swarm.unknown_signal"]
+    assert commands == ["more:alpha", "fewer:beta", "more:a:b"]
+
+
+def test_the_hash_reports_restarts_per_slot_and_index(config: Config, r: redis.Redis) -> None:
+    control = RemoteControl(config, Path("t.toml"), lambda name: None, clock=Clock())
+    control.refresh(SwarmSnapshot({"alpha": 2}, [], "running", {"alpha": {"1": 3}}))
+    [swarm] = list(SwarmSet(config=config))
+    assert swarm.restarts == {("alpha", 1): 3}
+    info = json.loads(r.hget(control.identity, "info"))
+    info["restarts"] = {"alpha": {"x": 1, "2": "many", "3": 4}, "beta": [1]}
+    r.hset(control.identity, "info", json.dumps(info))
+    [swarm] = list(SwarmSet(config=config))
+    assert swarm.restarts == {("alpha", 3): 4}

@@ -307,7 +307,9 @@ def test_many_short_jobs_under_a_limit_just_above_their_time_all_succeed(
         with lock:
             done.append(i)
 
-    job = define(short, timeout=0.5)
+    # Ten threads share the GIL on a loaded machine: a 5 ms spin can take a
+    # few hundred ms of wall time, so the limit leaves room for that.
+    job = define(short, timeout=2.0)
     job.perform_bulk([[i] for i in range(200)])
     launch()
     wait_for(lambda: len(done) == 200, timeout=30)
@@ -351,3 +353,50 @@ def test_the_deadline_comparison_is_the_next_retrys_time(config: Config) -> None
     assert dropped.outcome == "dropped"
     garbage = handler.plan({**base, "deadline": "soon"}, "default", RuntimeError("x"), None)
     assert garbage.outcome == "retry"
+
+
+TIMED_OUT_THEN_BUSY = """
+import cProfile, functools, time
+from wurk.runtime.job_timer import JobTimer
+from wurk.runtime.time_limits import JobTimeout, Limits
+from wurk.runtime.work import UnitOfWork
+
+timer = JobTimer(None, None, None, None, None)
+work = UnitOfWork("default", b"{}")
+for _ in range(3):
+    # A job blocked in one C call past its limit: the JobTimeout is still
+    # pending when the call returns, and lands as the run ends.
+    outcome = timer.run("slot", work, {"jid": "j"}, None, limits=Limits(timeout=0.05),
+                        call=functools.partial(time.sleep, 0.2))
+    assert outcome is None or isinstance(outcome, JobTimeout), outcome
+timer.stop()
+
+
+def step(n):
+    return n + 1
+
+
+profile = cProfile.Profile()
+profile.enable()
+total = 0
+for i in range(300_000):
+    total = step(total)
+profile.disable()
+print("finished", total)
+"""
+
+
+def test_a_timed_out_run_leaves_profiled_code_running_at_full_speed(tmp_path: Any) -> None:
+    """Regression: dropping a pending JobTimeout with SetAsyncExc(tid, NULL) left
+    CPython 3.11's "async exception pending" flag set for good, and from then on
+    code under cProfile crawled (300,000 calls took minutes: the suite hung in
+    profiled jobs run after time-limit tests)."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "timed_out_then_busy.py"
+    script.write_text(TIMED_OUT_THEN_BUSY)
+    done = subprocess.run([sys.executable, str(script)], check=False, capture_output=True,
+                          text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("finished "), done.stdout

@@ -33,6 +33,7 @@ from supervisor.children import Child
 from supervisor.topology import parse
 from wurk.cli import EX_OVERRAN
 from wurk.push.job import JobFunction
+from wurk.push.results import peek
 from wurk.redis.pools import close_pool
 from wurk.runtime.embedded import Embedded
 from wurk.runtime.launcher import Launcher
@@ -135,10 +136,15 @@ def test_an_embedded_worker_settles_an_overrun_and_carries_on(
         while True:
             pass
 
-    jid = define(spin, hard_timeout=0.3).perform_async()
+    jid = define(spin, hard_timeout=0.3, store_result=True).perform_async()
     embedded = Embedded(observed).start()
     try:
         wait_for(lambda: retried(r, str(jid)) is not None, timeout=10)
+        # A result waiter reads the overrun as an error a retry will follow.
+        wait_for(lambda: peek(str(jid), config=observed) is not None, timeout=5)
+        outcome = peek(str(jid), config=observed)
+        assert outcome is not None and not outcome.final
+        assert outcome.error_class == "JobTimeout"
         define(lambda: runs.append(1)).perform_async()
         wait_for(lambda: runs == [1], timeout=10)
         assert embedded.launcher is not None and not embedded.launcher.stopped.is_set()

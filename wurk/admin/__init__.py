@@ -30,7 +30,8 @@ Modules: ``registry`` (commands as data, the context they run with),
 ``jobsets`` (the three sorted sets), ``control`` (pause and signals),
 ``profiles`` (job profiles), ``spool`` (pushes spooled at exit),
 ``limiters`` (rate and concurrency limiters), ``unique`` (the locks of
-unique jobs).
+unique jobs), ``batches`` (batches and their failures), ``workflows``
+(workflows and their steps).
 
 Adding a command: write ``wurk/admin/<name>.py``
 with a ``COMMANDS`` tuple of :class:`AdminCommand` (name, help, a
@@ -48,7 +49,18 @@ from typing import Any, TextIO
 
 import redis.exceptions as rx
 
-from wurk.admin import control, jobsets, limiters, overview, periodic, profiles, spool, unique
+from wurk.admin import (
+    batches,
+    control,
+    jobsets,
+    limiters,
+    overview,
+    periodic,
+    profiles,
+    spool,
+    unique,
+    workflows,
+)
 from wurk.admin.registry import (
     AdminCommand,
     CommandError,
@@ -72,7 +84,8 @@ MAX_ATTEMPTS = 2
 
 REGISTRY = Registry(*overview.COMMANDS, *jobsets.COMMANDS, *control.COMMANDS,
                     *profiles.COMMANDS, *spool.COMMANDS, *periodic.COMMANDS,
-                    *limiters.COMMANDS, *unique.COMMANDS)
+                    *limiters.COMMANDS, *unique.COMMANDS, *batches.COMMANDS,
+                    *workflows.COMMANDS)
 
 # Failures that name what was missing or refused; their message is the whole story.
 NAMED_FAILURES = (CommandError, UnknownQueueError, UnknownProcessError, JobNotFoundError,

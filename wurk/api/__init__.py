@@ -18,14 +18,19 @@ Modules, one concern each:
   last runs, pause and unpause.
 - ``limiters``: :class:`LimiterSet`, every registered limiter and its use.
 - ``unique``: :class:`UniqueLocks`, the locks of unique jobs.
+- ``class_metrics``: :class:`wurk.api.class_metrics.ClassMetricsQuery`,
+  per-class executions, failures and time from Sidekiq 7's metrics keys.
 - ``paging``: one page of a queue or set, and searches that never read a
   big key whole (the dashboard's data).
+- ``batches``: :class:`BatchSet`, :class:`BatchStatus`: batches, their
+  counts, failures and callbacks.
 - ``errors``: the lookup and control errors callers catch.
 
 Apply-safety: every read is declared idempotent to the pool; every write
 says next to it whether a replay after a lost reply would be harmless.
 """
 
+from wurk.api.batches import BatchSet, BatchStatus
 from wurk.api.entries import SortedEntry
 from wurk.api.errors import (
     JobKilledError,
@@ -55,6 +60,8 @@ from wurk.api.unique import UniqueLock, UniqueLocks
 from wurk.api.workers import Work, WorkEntry, Workers
 
 __all__ = [
+    "BatchSet",
+    "BatchStatus",
     "DeadSet",
     "History",
     "JobKilledError",

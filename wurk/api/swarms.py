@@ -10,11 +10,12 @@ Duties:
    ``info``), sorted by identity, pruning the members whose hash expired;
    look one up by identity, raising :class:`UnknownSwarmError`.
 2. :class:`SwarmProcess`: read ``info`` (hostname, pid, started_at, slots,
-   topology), ``beat``, ``state`` and ``children`` leniently: a bad field
-   reads as empty, never as an error.
+   topology, restarts per slot and index), ``beat``, ``state`` and
+   ``children`` leniently: a bad field reads as empty, never as an error.
 3. Remote control: ``quiet``/``stop``/``restart`` queue TSTP/TERM/USR1 on
    ``<identity>-signals`` (LPUSH + EXPIRE 60 in one MULTI); the parent picks
-   one up per heartbeat interval and acts on every child.
+   one up per heartbeat interval and acts on every child; ``scale`` queues
+   TTIN/TTOU, or ``TTIN:<slot>``/``TTOU:<slot>`` for one slot.
 """
 
 from __future__ import annotations
@@ -97,6 +98,18 @@ class SwarmProcess:
         return {str(name): to_int(count) for name, count in slots.items()}
 
     @property
+    def restarts(self) -> dict[tuple[str, int], int]:
+        """(slot, index) to the times a child there exited and was respawned;
+        empty for a swarm of an older wurk, which does not report them."""
+        found: dict[tuple[str, int], int] = {}
+        slots = self.info.get("restarts")
+        for name, indexes in (slots.items() if isinstance(slots, dict) else ()):
+            for index, count in (indexes.items() if isinstance(indexes, dict) else ()):
+                if to_int(index, -1) >= 0 and to_int(count, -1) >= 0:
+                    found[(str(name), to_int(index))] = to_int(count)
+        return found
+
+    @property
     def beat(self) -> float:
         return to_float(self.fields.get("beat"))
 
@@ -126,6 +139,11 @@ class SwarmProcess:
     def restart(self) -> None:
         """Rolling restart, one child at a time, replacement first (USR1)."""
         self.signal("USR1")
+
+    def scale(self, more: bool, slot: str | None = None) -> None:
+        """One child more (TTIN) or fewer (TTOU) in every slot, or in ``slot`` only."""
+        name = "TTIN" if more else "TTOU"
+        self.signal(f"{name}:{slot}" if slot else name)
 
     def signal(self, name: str) -> None:
         send_signal(self.config, self.identity, name)

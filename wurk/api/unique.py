@@ -7,9 +7,10 @@ Duties:
 2. ``locks``: the locks in Redis (a bounded SCAN of ``unique:*``), each with
    its holder and the milliseconds it has left; a value that is not a
    string reads as ``""``.
-3. ``release``: drop one lock by hand, whoever holds it, so a duplicate may
-   be pushed now (an operator's override; workers release theirs by
-   compare-and-delete).
+3. ``release`` (by class, arguments and queue) and ``release_key`` (a key
+   as ``locks`` lists it): drop one lock by hand, whoever holds it, so a
+   duplicate may be pushed now (an operator's override; workers release
+   theirs by compare-and-delete).
 """
 
 from __future__ import annotations
@@ -73,4 +74,10 @@ class UniqueLocks:
     def release(self, job_class: str, args: Sequence[Any], queue: str = "default") -> bool:
         """Drop the lock whoever holds it; True when there was one. Safe to replay."""
         key = self.key(job_class, args, queue)
+        return bool(pool_for(self.config).call("DEL", key, idempotent=True))
+
+    def release_key(self, key: str) -> bool:
+        """Drop the lock at ``key`` (a ``unique:`` key); True when there was one. Safe to replay."""
+        if not key.startswith(PREFIX) or len(key) > 1024:
+            raise ValueError(f"not a unique lock key: {key[:80]!r}")
         return bool(pool_for(self.config).call("DEL", key, idempotent=True))

@@ -194,6 +194,10 @@ class ConsumerMiddleware:
                 raise
 
 
+# How long a flush at exit may wait for the exporter.
+FLUSH_MS = 2000
+
+
 def instrument(config: Config | None = None, *,
                tracer_provider: trace.TracerProvider | None = None,
                propagation: Propagation = "child") -> Config:
@@ -213,4 +217,23 @@ def instrument(config: Config | None = None, *,
         config.client_middleware.append(ProducerMiddleware(tracer_provider))
     if not any(isinstance(mw, ConsumerMiddleware) for mw in config.server_middleware):
         config.server_middleware.insert(0, consumer)
+    if not any(isinstance(hook, FlushSpans) for hook in config.on_shutdown):
+        config.on_shutdown.append(FlushSpans(tracer_provider))
     return config
+
+
+class FlushSpans:
+    """An ``on_shutdown`` hook: export the spans a batch processor still holds.
+
+    A swarm child leaves by ``os._exit``, which skips the SDK's own flush at
+    exit; without this its last spans would be lost.
+    """
+
+    def __init__(self, tracer_provider: trace.TracerProvider | None) -> None:
+        self.tracer_provider = tracer_provider
+
+    def __call__(self) -> None:
+        provider = self.tracer_provider or trace.get_tracer_provider()
+        flush = getattr(provider, "force_flush", None)  # the SDK's; the API's no-op has none
+        if callable(flush):
+            flush(FLUSH_MS)

@@ -179,6 +179,10 @@ class DeathReporter:
         _report(exc, payload, None, self.send_args)
 
 
+# How long a flush at exit may wait for the transport.
+FLUSH_SECONDS = 2.0
+
+
 def instrument(config: Config | None = None, *, report: Report = "every",
                send_args: SendArgs = None) -> Config:
     """Report the failures of ``config``'s jobs to Sentry; returns it. Again does nothing.
@@ -203,4 +207,12 @@ def instrument(config: Config | None = None, *, report: Report = "every",
             config.error_handlers.append(ErrorReporter(send_args))
         else:
             config.death_handlers.append(DeathReporter(send_args))
+    if flush_events not in config.on_shutdown:
+        config.on_shutdown.append(flush_events)
     return config
+
+
+def flush_events() -> None:
+    """An ``on_shutdown`` hook: send the events the SDK still queues (a swarm
+    child leaves by ``os._exit``, which skips the SDK's own flush at exit)."""
+    sentry_sdk.flush(timeout=FLUSH_SECONDS)

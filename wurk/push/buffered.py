@@ -38,6 +38,7 @@ from wurk.push.confirmed import ConfirmedPush, PushNotConfirmedError
 from wurk.push.spool import Destination, SpoolEntry, write_spool
 from wurk.redis.policy import ErrorKind, PoolExhausted, classify
 from wurk.redis.pool import RedisPool
+from wurk.settings.hooks import RedisErrorHook
 from wurk.wire import keys
 
 log = get_logger("wurk.push")
@@ -88,6 +89,57 @@ def unapplied(exc: BaseException) -> bool:
                                                                ErrorKind.FAILOVER)
 
 
+class Backlog:
+    """The pushes waiting in a buffer, oldest first, and how many jobs they hold.
+    Shared by the sync buffer (under its lock) and the asyncio one."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._pushes: collections.deque[PendingPush] = collections.deque()
+        self._jobs = 0
+
+    def __len__(self) -> int:
+        return self._jobs
+
+    def __bool__(self) -> bool:
+        return bool(self._pushes)
+
+    @property
+    def head(self) -> PendingPush:
+        return self._pushes[0]
+
+    def add(self, push: PendingPush) -> None:
+        """Queue ``push`` behind the rest, or raise :class:`PushBufferFullError`."""
+        if self._jobs + len(push.jids) > self.capacity:
+            raise PushBufferFullError(
+                f"Redis is unreachable and {self._jobs} jobs already wait to be pushed "
+                f"(push_buffer_size={self.capacity}); this push was not taken")
+        self._pushes.append(push)
+        self._jobs += len(push.jids)
+
+    def note_kept(self, push: PendingPush, exc: BaseException) -> None:
+        log.warning("push.buffered", jids=list(push.jids), waiting=self._jobs,
+                    error=f"{type(exc).__name__}: {exc}")
+
+    def done(self, push: PendingPush) -> None:
+        """Retire ``push`` if it still heads the queue (the exit path may have taken it)."""
+        if self._pushes and self._pushes[0] is push:
+            self._pushes.popleft()
+            self._jobs -= len(push.jids)
+
+    def take_all(self) -> list[PendingPush]:
+        left = list(self._pushes)
+        self._pushes.clear()
+        self._jobs = 0
+        return left
+
+
+def still_sending(push: PendingPush) -> None:
+    log.warning("push.still_sending", jids=list(push.jids),
+                hint="spooled too; its nonce makes a resend of a "
+                     "confirmed push a no-op, a plain one may land twice")
+
+
 class PushBuffer:
     def __init__(self, pool: RedisPool, capacity: int, flush_timeout: float, *,
                  spool: Destination | None = None, send_timeout: float = 5.0) -> None:
@@ -104,8 +156,7 @@ class PushBuffer:
         _live_buffers.add(self)
 
     def _reset(self) -> None:
-        self._pending: collections.deque[PendingPush] = collections.deque()
-        self._jobs = 0
+        self._backlog = Backlog(self.capacity)
         self._lock = threading.Lock()
         self._drained = threading.Condition(self._lock)
         self._drainer: threading.Thread | None = None
@@ -114,11 +165,11 @@ class PushBuffer:
         self._sending = False
 
     def __len__(self) -> int:
-        return self._jobs
+        return len(self._backlog)
 
     def send(self, push: PendingPush) -> None:
         with self._lock:
-            if self._pending:
+            if self._backlog:
                 self._keep(push)
                 return
         try:
@@ -129,17 +180,11 @@ class PushBuffer:
                 raise
             with self._lock:
                 self._keep(push)
-            log.warning("push.buffered", jids=list(push.jids), waiting=self._jobs,
-                        error=f"{type(exc).__name__}: {exc}")
+            self._backlog.note_kept(push, exc)
 
     def _keep(self, push: PendingPush) -> None:
         """Caller holds the lock."""
-        if self._jobs + len(push.jids) > self.capacity:
-            raise PushBufferFullError(
-                f"Redis is unreachable and {self._jobs} jobs already wait to be pushed "
-                f"(push_buffer_size={self.capacity}); this push was not taken")
-        self._pending.append(push)
-        self._jobs += len(push.jids)
+        self._backlog.add(push)
         if self._drainer is None or not self._drainer.is_alive():
             self._drainer = threads.start("push-drainer", self._drain)
 
@@ -160,31 +205,22 @@ class PushBuffer:
 
     def _next(self) -> PendingPush | None:
         with self._lock:
-            if not self._pending or self._closed:
+            if not self._backlog or self._closed:
                 self._drained.notify_all()
                 return None
             self._sending = True
-            return self._pending[0]
+            return self._backlog.head
 
     def _settle(self, push: PendingPush, *, done: bool) -> None:
         with self._lock:
             self._sending = False
             # The exit path may have spooled it (and emptied the deque) meanwhile.
-            if done and self._pending and self._pending[0] is push:
-                self._pending.popleft()
-                self._jobs -= len(push.jids)
+            if done:
+                self._backlog.done(push)
             self._drained.notify_all()
 
     def _report_dropped(self, push: PendingPush, exc: BaseException) -> None:
-        if isinstance(exc, PushNotConfirmedError):
-            log.error("push.unconfirmed", jids=list(push.jids), error=str(exc),
-                      hint=f"no replica confirmed it for {REPLAY_LIMIT:g}s; it stays "
-                           "on the primary, unguarded against a failover")
-            return
-        log.error("push.outcome_unknown", jids=list(push.jids),
-                  error=f"{type(exc).__name__}: {exc}",
-                  hint="it may have landed, so it is not sent again")
-        self.pool.on_error(exc, attempt=1, action="unsafe")
+        report_dropped(push, exc, self.pool.on_error)
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until everything buffered was sent; False if time ran out."""
@@ -192,7 +228,7 @@ class PushBuffer:
         wait = self.pool.deadline.clip(self.flush_timeout if timeout is None else timeout)
         deadline = time.monotonic() + (wait or 0.0)
         with self._lock:
-            while self._pending:
+            while self._backlog:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return False
@@ -200,7 +236,7 @@ class PushBuffer:
         return True
 
     def flush_at_exit(self) -> None:
-        if self._pid != os.getpid() or not self._pending:
+        if self._pid != os.getpid() or not self._backlog:
             return
         if not self.flush():
             self._spool(self._close())
@@ -213,37 +249,49 @@ class PushBuffer:
             while self._sending and time.monotonic() < deadline:
                 self._drained.wait(0.05)
             if self._sending:
-                log.warning("push.still_sending", jids=list(self._pending[0].jids),
-                            hint="spooled too; its nonce makes a resend of a "
-                                 "confirmed push a no-op, a plain one may land twice")
-            left = list(self._pending)
-            self._pending.clear()
-            self._jobs = 0
-        return left
+                still_sending(self._backlog.head)
+            return self._backlog.take_all()
 
     def _spool(self, left: list[PendingPush]) -> None:
-        spoolable = [push for push in left if push.content is not None]
-        jids = [jid for push in spoolable for jid in push.jids]
-        lost = [jid for push in left if push.content is None for jid in push.jids]
-        if self.spool is not None and spoolable:
-            try:
-                path = write_spool(self.spool.directory, self.spool.target,
-                                   spool_entries(spoolable))
-                log.error("push.spooled", jobs=len(jids), path=str(path), jids=jids,
-                          hint="Redis stayed unreachable until exit; a wurk process "
-                               "with this spool_dir pushes them, or `wurk spool push`")
-                jids = []
-            except OSError as exc:
-                log.error("push.spool_failed", path=str(self.spool.directory),
-                          error=f"{type(exc).__name__}: {exc}")
-        if jids or lost:
-            log.error("push.unflushed", jobs=len(jids) + len(lost), jids=jids + lost,
-                      hint="Redis stayed unreachable until the process exited; "
-                           "these jobs are lost")
+        spool_left(self.spool, left)
 
     def after_fork_in_child(self) -> None:
         self._reset()
         self._pid = os.getpid()
+
+
+def report_dropped(push: PendingPush, exc: BaseException, on_error: RedisErrorHook) -> None:
+    """Log a push given up: unconfirmed too long, or one that may have landed."""
+    if isinstance(exc, PushNotConfirmedError):
+        log.error("push.unconfirmed", jids=list(push.jids), error=str(exc),
+                  hint=f"no replica confirmed it for {REPLAY_LIMIT:g}s; it stays "
+                       "on the primary, unguarded against a failover")
+        return
+    log.error("push.outcome_unknown", jids=list(push.jids),
+              error=f"{type(exc).__name__}: {exc}",
+              hint="it may have landed, so it is not sent again")
+    on_error(exc, attempt=1, action="unsafe")
+
+
+def spool_left(spool: Destination | None, left: list[PendingPush]) -> None:
+    """Write what is left at exit to the spool, fsynced; log what could not be."""
+    spoolable = [push for push in left if push.content is not None]
+    jids = [jid for push in spoolable for jid in push.jids]
+    lost = [jid for push in left if push.content is None for jid in push.jids]
+    if spool is not None and spoolable:
+        try:
+            path = write_spool(spool.directory, spool.target, spool_entries(spoolable))
+            log.error("push.spooled", jobs=len(jids), path=str(path), jids=jids,
+                      hint="Redis stayed unreachable until exit; a wurk process "
+                           "with this spool_dir pushes them, or `wurk spool push`")
+            jids = []
+        except OSError as exc:
+            log.error("push.spool_failed", path=str(spool.directory),
+                      error=f"{type(exc).__name__}: {exc}")
+    if jids or lost:
+        log.error("push.unflushed", jobs=len(jids) + len(lost), jids=jids + lost,
+                  hint="Redis stayed unreachable until the process exited; "
+                       "these jobs are lost")
 
 
 def spool_entries(pushes: list[PendingPush]) -> list[SpoolEntry]:

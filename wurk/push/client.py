@@ -28,25 +28,23 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from wurk.push import middleware, signatures
+from wurk.push import middleware, prepare
 from wurk.push.buffered import PendingPush, PushBuffer
-from wurk.push.confirmed import ConfirmedPush, ConfirmedWriter, PushNotConfirmedError, QueuedJob
+from wurk.push.confirmed import ConfirmedWriter, PushNotConfirmedError
+from wurk.push.prepare import BULK_BATCH, Prepared
 from wurk.push.spool import Destination
 from wurk.push.spool_drain import drain_at_start
-from wurk.push.time_options import stamp_expiry
 from wurk.redis.pools import pool_for
 from wurk.settings.config import Config, default_config
 from wurk.settings.hooks import ClientMiddleware
 from wurk.wire import keys
-from wurk.wire.payload import check_args, dumps, new_jid, now_stamp, score
+
+__all__ = ["BULK_BATCH", "Client", "PushNotConfirmedError", "forget_default_client"]
 
 if TYPE_CHECKING:
     from wurk.push.options import JobOptions
     from wurk.redis.pool import RedisPool
 
-# Sidekiq's rule: a perform_in interval below this is relative, above it absolute.
-ABSOLUTE_THRESHOLD = 1_000_000_000
-BULK_BATCH = 1000
 
 
 class Client:
@@ -93,29 +91,22 @@ class Client:
     # -- high level -------------------------------------------------------
     def push_job(self, name: str, args: list[Any], options: JobOptions, *,
                  delay: float | None = None, at: float | None = None) -> str | None:
-        item: dict[str, Any] = {**options.payload_fields(), "class": name, "args": args}
-        if delay is not None:
-            # Sidekiq's perform_in rule: under 1e9 an interval, else an epoch.
-            seconds = float(delay)
-            item["at"] = seconds if seconds >= ABSOLUTE_THRESHOLD else time.time() + seconds
-        elif at is not None:
-            item["at"] = at
-        return self.push(item)
+        return self.push(prepare.job_item(name, args, options, delay=delay, at=at))
 
     def push(self, item: Mapping[str, Any]) -> str | None:
         """Push one job. ``item`` needs ``class`` and ``args``; ``at`` schedules it.
 
         Unknown keys are kept. Returns the jid, or None when a client
-        middleware stopped the push.
+        middleware stopped the push (one that deferred it gives the jid).
         """
         now = time.time()
         prepared = self._through_middleware(self.normalise(item, now), now)
-        if prepared is None:
-            return None
+        if not isinstance(prepared, tuple):
+            return prepared  # None (stopped) or the jid of a deferred push
         try:
             if not middleware.admit([prepared], lambda: self.pool):
                 return None
-            self._write([prepared[0]], prepared[1])
+            self._write_mixed([prepared])
         except BaseException:
             middleware.unwritten([prepared[0]], self.pool)
             raise
@@ -129,114 +120,39 @@ class Client:
         middleware runs a thousand jobs at a time, just before they are
         written: one that raises leaves the earlier thousands pushed.
         """
-        all_args = item.get("args")
-        if not isinstance(all_args, list) or not all(isinstance(a, list) for a in all_args):
-            raise TypeError("push_bulk needs 'args' as a list of argument lists")
-        ats = item.get("at")
-        if isinstance(ats, list) and len(ats) != len(all_args):
-            raise ValueError("push_bulk 'at' list must have one time per job")
-        # Check every job before writing any, so a bad one pushes nothing.
-        name = str(item.get("class"))
-        for i, args in enumerate(all_args):
-            check_args(args, f"args[{i}]")
-            signatures.check(name, args, f" in args[{i}]")
         now = time.time()
-        created = now_stamp(self.config.timestamps, now)
         jids: list[str] = []
-        for start in range(0, len(all_args), BULK_BATCH):
-            batch: list[tuple[dict[str, Any], float | None]] = []
+        for items in prepare.bulk_slices(item, now, self.config.timestamps):
+            bulk = prepare.BulkSlice()
+            batch: list[Prepared] = []
             try:
-                for i in range(start, min(start + BULK_BATCH, len(all_args))):
-                    one = {k: v for k, v in item.items() if k not in ("args", "at", "jid")}
-                    one["args"] = all_args[i]
-                    if ats is not None:
-                        one["at"] = ats[i] if isinstance(ats, list) else ats
-                    one.setdefault("created_at", created)
-                    prepared = self._through_middleware(self.normalise(one, now), now)
-                    if prepared is not None:
-                        batch.append(prepared)
-                batch = middleware.admit(batch, lambda: self.pool)
+                for one in items:
+                    bulk.add(self._through_middleware(self.normalise(one, now), now))
+                batch = middleware.admit(bulk.batch, lambda: self.pool)
                 if batch:
                     self._write_mixed(batch)
             except BaseException:
-                middleware.unwritten((p for p, _ in batch), self.pool)
+                middleware.unwritten((p for p, _ in batch or bulk.batch), self.pool)
                 raise
-            jids.extend(str(p["jid"]) for p, _ in batch)
+            jids.extend(bulk.jids(batch))
         return jids
 
     # -- building payloads ----------------------------------------------
-    def normalise(self, item: Mapping[str, Any],
-                   now: float) -> tuple[dict[str, Any], float | None]:
-        cls = item.get("class")
-        if not isinstance(cls, str) or not cls:
-            raise TypeError(f"job 'class' must be a non-empty string, got {cls!r}")
-        args = item.get("args", [])
-        if not isinstance(args, list):
-            raise TypeError(f"job 'args' must be a list, got {type(args).__name__}")
-        check_args(args)
-        queue = item.get("queue", "default")
-        if not isinstance(queue, str) or not queue:
-            raise TypeError(f"job 'queue' must be a non-empty string, got {queue!r}")
-        payload: dict[str, Any] = {"retry": True, "queue": queue}
-        payload.update((k, v) for k, v in item.items() if k != "at")
-        payload.setdefault("jid", new_jid())
-        payload.setdefault("created_at", now_stamp(self.config.timestamps, now))
-        run_at = self._run_at(item.get("at"), now)
-        stamp_expiry(payload, run_at, now)
-        if run_at is None:
-            payload["enqueued_at"] = now_stamp(self.config.timestamps, now)
-        else:
-            payload.pop("enqueued_at", None)
-        return payload, run_at
+    def normalise(self, item: Mapping[str, Any], now: float) -> Prepared:
+        return prepare.normalise(item, now, self.config.timestamps)
 
-    def _through_middleware(self, prepared: tuple[dict[str, Any], float | None],
-                            now: float) -> tuple[dict[str, Any], float | None] | None:
-        """Run the client middleware (if any) on a normalised payload: None when
-        one stopped the push, else the payload checked again as a push would be."""
+    def _through_middleware(self, prepared: Prepared, now: float) -> Prepared | str | None:
         chain = self.config.client_middleware if self._middleware is None else self._middleware
-        if not chain:
-            return prepared
-        payload, run_at = prepared
-        if run_at is not None:
-            payload["at"] = run_at  # as Sidekiq's middleware sees a scheduled job
-        if not middleware.invoke(chain, payload, self.pool):
-            return None
-        # A middleware may have changed anything, ``at`` and ``args`` included.
-        return self.normalise(payload, now)
-
-    @staticmethod
-    def _run_at(at: Any, now: float) -> float | None:
-        if at is None:
-            return None
-        if isinstance(at, bool) or not isinstance(at, int | float):
-            raise TypeError(f"job 'at' must be epoch seconds, got {at!r}")
-        # As Sidekiq's raw push: ``at`` is an epoch time; one already past runs now.
-        return float(at) if at > now else None
+        return prepare.through_middleware(chain, prepared, now, self.config.timestamps,
+                                          self.pool, resume=self.push)
 
     # -- writing ----------------------------------------------------------
-    def _write(self, payloads: Sequence[dict[str, Any]], run_at: float | None) -> None:
-        self._write_mixed([(p, run_at) for p in payloads])
-
-    def _write_mixed(self, batch: Sequence[tuple[dict[str, Any], float | None]]) -> None:
+    def _write_mixed(self, batch: Sequence[Prepared]) -> None:
         if self.confirmed is not None:
             self._write_confirmed(self.confirmed, batch)
             return
-        content = _as_push(batch)
-        immediate: dict[str, list[str]] = {}
-        scheduled: list[str] = []
-        for job in content.jobs:
-            if job.run_at is None:
-                immediate.setdefault(job.queue, []).append(job.raw)
-            else:
-                scheduled.extend((score(job.run_at), job.raw))
-        commands: list[tuple[Any, ...]] = []
-        if immediate:
-            commands.append(("SADD", keys.QUEUES, *immediate))
-            commands.extend(("LPUSH", keys.queue(q), *jobs) for q, jobs in immediate.items())
-        if scheduled:
-            commands.append(("ZADD", keys.SCHEDULE, *scheduled))
-        # Only a ZADD of exact members is safe to send twice.
-        idempotent = not immediate
+        content = prepare.as_push(batch)
+        commands, idempotent = prepare.plain_commands(content)
         if self.buffer is None:
             self.pool.pipeline(commands, idempotent=idempotent)
         else:
@@ -245,9 +161,8 @@ class Client:
                                                     attempts=attempts), content.jids,
                 content=content))
 
-    def _write_confirmed(self, writer: ConfirmedWriter,
-                         batch: Sequence[tuple[dict[str, Any], float | None]]) -> None:
-        push = _as_push(batch)
+    def _write_confirmed(self, writer: ConfirmedWriter, batch: Sequence[Prepared]) -> None:
+        push = prepare.as_push(batch)
         if self.buffer is not None:
             # An unconfirmed push waits in the buffer, which sends it again
             # (a no-op where it already landed) until replicas confirm it.
@@ -268,11 +183,6 @@ class Client:
     def push_raw(self, queue: str, raw: str | bytes) -> None:
         """Put an already-serialised payload back on its queue, oldest end first."""
         self.pool.pipeline([("SADD", keys.QUEUES, queue), ("RPUSH", keys.queue(queue), raw)])
-
-
-def _as_push(batch: Sequence[tuple[dict[str, Any], float | None]]) -> ConfirmedPush:
-    return ConfirmedPush(tuple(QueuedJob(str(p["jid"]), p["queue"], dumps(p), run_at)
-                               for p, run_at in batch))
 
 
 def forget_default_client() -> None:

@@ -11,7 +11,8 @@ first write survived, the marker turns the resend into a no-op, and where it
 was lost the job goes in fresh. The push is neither lost nor enqueued twice.
 
 Duties:
-1. Write a push (one job or a batch, immediate or scheduled) once, then WAIT.
+1. Write a push (one job or a batch, immediate or scheduled) once, then WAIT
+   (``write`` on the sync pool, ``awrite`` on the asyncio one).
 2. Raise :class:`PushNotConfirmedError` when too few replicas confirm.
 3. Retire the markers of confirmed pushes on a later write; their TTL
    (``keys.PUSHED_TTL``) retires the rest (all of them for the spool
@@ -34,6 +35,7 @@ from wurk.wire.lua import PUSH_ONCE
 from wurk.wire.payload import score
 
 if TYPE_CHECKING:
+    from wurk.redis.apool import AsyncConn, AsyncRedisPool
     from wurk.redis.connection import Conn
     from wurk.redis.pool import RedisPool
 
@@ -64,9 +66,12 @@ class PushNotConfirmedError(RuntimeError):
             f"lost if the primary fails now; error.retry() sends them again without "
             f"doubling (first jid: {self.jids[0] if self.jids else '-'})")
 
-    def retry(self) -> None:
-        """Send the same push again; raises this error anew if still unconfirmed."""
-        self._resend()
+    def retry(self) -> Any:
+        """Send the same push again; raises this error anew if still unconfirmed.
+
+        For a push made by :class:`wurk.AsyncClient` it returns an awaitable:
+        ``await error.retry()``."""
+        return self._resend()
 
 
 @dataclass(frozen=True)
@@ -110,6 +115,51 @@ class ConfirmedWriter:
         """Send ``push`` and wait for the replicas; returns how many jobs went
         in now (the rest had landed on an earlier attempt)."""
         retire = self._take_retire()
+        wire = self._wire(push, retire)
+        read_timeout = self.timeout + self._read_timeout
+
+        def push_and_wait(conn: Conn) -> tuple[int, int]:
+            # One round trip: the script, then WAIT on the same connection.
+            replies = conn.pipeline(wire, raise_on_error=False, timeout=read_timeout)
+            if isinstance(replies[0], rx.NoScriptError):
+                # A restarted or flushed server: nothing ran, load and go again.
+                conn.call("SCRIPT", "LOAD", PUSH_ONCE.source)
+                replies = conn.pipeline(wire, raise_on_error=False, timeout=read_timeout)
+            return _counts(replies)
+
+        try:
+            # Safe to replay: the markers make a second write a no-op.
+            pushed, confirmed = pool.run(push_and_wait, idempotent=True, attempts=attempts)
+        except BaseException:
+            self._give_back_retire(retire)
+            raise
+        return self._settle(push, pushed, confirmed, lambda: self.write(pool, push))
+
+    async def awrite(self, pool: AsyncRedisPool, push: ConfirmedPush, *,
+                     attempts: int | None = None) -> int:
+        """:meth:`write` on the asyncio pool; a :class:`PushNotConfirmedError`
+        it raises has a ``retry()`` that returns an awaitable."""
+        retire = self._take_retire()
+        wire = self._wire(push, retire)
+        read_timeout = self.timeout + self._read_timeout
+
+        async def push_and_wait(conn: AsyncConn) -> tuple[int, int]:
+            replies = await conn.pipeline(wire, raise_on_error=False, timeout=read_timeout)
+            if isinstance(replies[0], rx.NoScriptError):
+                await conn.call("SCRIPT", "LOAD", PUSH_ONCE.source)
+                replies = await conn.pipeline(wire, raise_on_error=False, timeout=read_timeout)
+            return _counts(replies)
+
+        try:
+            pushed, confirmed = await pool.run(push_and_wait, idempotent=True,
+                                               attempts=attempts)
+        except BaseException:
+            self._give_back_retire(retire)
+            raise
+        return self._settle(push, pushed, confirmed, lambda: self.awrite(pool, push))
+
+    def _wire(self, push: ConfirmedPush, retire: list[tuple[str, str]]) -> list[tuple[Any, ...]]:
+        """The PUSH_ONCE call for ``push`` (retiring ``retire``'s markers), then WAIT."""
         keys_ = [keys.QUEUES, *(keys.pushed(jid) for jid, _ in retire)]
         args: list[Any] = [keys.PUSHED_TTL, len(retire), push.nonce,
                            *(nonce for _, nonce in retire)]
@@ -121,34 +171,15 @@ class ConfirmedWriter:
                 keys_ += [keys.pushed(job.jid), keys.SCHEDULE]
                 args += [job.queue, score(job.run_at), job.raw]
         wait_ms = max(1, round(self.timeout * 1000))
+        return [("EVALSHA", PUSH_ONCE.sha, len(keys_), *keys_, *args),
+                ("WAIT", self.replicas, wait_ms)]
 
-        def push_and_wait(conn: Conn) -> tuple[int, int]:
-            # One round trip: the script, then WAIT on the same connection.
-            wire = [("EVALSHA", PUSH_ONCE.sha, len(keys_), *keys_, *args),
-                    ("WAIT", self.replicas, wait_ms)]
-            read_timeout = self.timeout + self._read_timeout
-            pushed, confirmed = conn.pipeline(wire, raise_on_error=False, timeout=read_timeout)
-            if isinstance(pushed, rx.NoScriptError):
-                # A restarted or flushed server: nothing ran, load and go again.
-                conn.call("SCRIPT", "LOAD", PUSH_ONCE.source)
-                pushed, confirmed = conn.pipeline(wire, raise_on_error=False,
-                                                  timeout=read_timeout)
-            for reply in (pushed, confirmed):
-                if isinstance(reply, rx.ResponseError):
-                    raise reply
-            return int(pushed), int(confirmed)
-
-        try:
-            # Safe to replay: the markers make a second write a no-op.
-            pushed, confirmed = pool.run(push_and_wait, idempotent=True, attempts=attempts)
-        except BaseException:
-            self._give_back_retire(retire)
-            raise
+    def _settle(self, push: ConfirmedPush, pushed: int, confirmed: int,
+                resend: Callable[[], object]) -> int:
         if confirmed < self.replicas:
             # The retired markers were handled (the script ran); this push's
             # markers must live on, to guard its resend.
-            raise PushNotConfirmedError(push, confirmed, self.replicas, self.timeout,
-                                        lambda: self.write(pool, push))
+            raise PushNotConfirmedError(push, confirmed, self.replicas, self.timeout, resend)
         if self._retires:
             with self._lock:
                 self._retire.extend((jid, push.nonce) for jid in push.jids)
@@ -168,6 +199,14 @@ class ConfirmedWriter:
         # The parent retires its own markers; a child starts with none to retire.
         self._lock = threading.Lock()
         self._retire = []
+
+
+def _counts(replies: list[Any]) -> tuple[int, int]:
+    """The script's count of jobs pushed and WAIT's count of replicas; an error reply raised."""
+    for reply in replies:
+        if isinstance(reply, rx.ResponseError):
+            raise reply
+    return int(replies[0]), int(replies[1])
 
 
 _live_writers: weakref.WeakSet[ConfirmedWriter] = weakref.WeakSet()

@@ -10,7 +10,9 @@ Duties:
 3. Give every job the enqueue verbs: ``perform_async``, ``perform_in``,
    ``perform_at``, ``perform_bulk`` and ``set(...)`` for one-off option
    overrides; each checks its arguments against the job's signature
-   (``wurk.push.signatures``) before anything reaches Redis.
+   (``wurk.push.signatures``) before anything reaches Redis. Async code
+   awaits the same verbs with an ``a`` prefix (``aperform_async`` ...),
+   pushed through :class:`wurk.push.aclient.AsyncClient`.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from datetime import datetime
 from typing import Any, ClassVar, Generic, ParamSpec, TypeVar, overload
 
 from wurk.push import signatures, unique
+from wurk.push.aclient import AsyncClient
 from wurk.push.client import Client
 from wurk.push.options import JobOptions, make_options
 from wurk.wire.payload import ArgumentError
@@ -104,17 +107,25 @@ registry = Registry()
 class Enqueuer:
     """The enqueue verbs, bound to a job name and options (and maybe a client)."""
 
-    def __init__(self, name: str, options: JobOptions, client: Client | None = None) -> None:
+    def __init__(self, name: str, options: JobOptions,
+                 client: Client | AsyncClient | None = None) -> None:
         self.name = name
         self.options = options
         self._client = client
 
     def _target(self) -> Client:
-        if self._client is not None:
-            return self._client
-        return Client.default()
+        if isinstance(self._client, AsyncClient):
+            raise TypeError(f"{self.name}: this enqueuer pushes through an AsyncClient; "
+                            "use await .aperform_async() and the other a-verbs")
+        return self._client or Client.default()
 
-    def set(self, *, client: Client | None = None, **options: Any) -> Enqueuer:
+    def _atarget(self) -> AsyncClient:
+        if isinstance(self._client, Client):
+            raise TypeError(f"{self.name}: this enqueuer pushes through a sync Client; "
+                            "use .perform_async() or set(client=wurk.AsyncClient(...))")
+        return self._client or AsyncClient.default()
+
+    def set(self, *, client: Client | AsyncClient | None = None, **options: Any) -> Enqueuer:
         """A copy with some options changed for the pushes made through it."""
         if "unique_key" in options:
             raise TypeError("unique_key is declared with the job (@wurk.job or the class), "
@@ -122,29 +133,49 @@ class Enqueuer:
         return Enqueuer(self.name, make_options(self.options, **options), client or self._client)
 
     def perform_async(self, *args: Any) -> str | None:
-        signatures.check(self.name, args)
-        return self._target().push_job(self.name, list(args), self.options)
+        return self._target().push_job(self.name, self._checked(args), self.options)
 
     def perform_in(self, seconds: float, *args: Any) -> str | None:
-        signatures.check(self.name, args)
-        return self._target().push_job(self.name, list(args), self.options, delay=seconds)
+        return self._target().push_job(self.name, self._checked(args), self.options,
+                                       delay=seconds)
 
     def perform_at(self, when: float | datetime, *args: Any) -> str | None:
         """``when`` is an epoch timestamp in seconds or a timezone-aware datetime."""
         at = _epoch(when)
-        signatures.check(self.name, args)
-        return self._target().push_job(self.name, list(args), self.options, at=at)
+        return self._target().push_job(self.name, self._checked(args), self.options, at=at)
 
     def perform_bulk(self, args: Iterable[Sequence[Any]]) -> list[str]:
         """Push one job per argument list (1,000 per round trip); returns the jids.
 
         Every list is checked before anything is sent, so a bad one pushes nothing.
         """
+        return self._target().push_bulk(self._bulk_item(args))
+
+    # The same verbs for async code, awaited on the running loop's AsyncClient.
+    async def aperform_async(self, *args: Any) -> str | None:
+        return await self._atarget().push_job(self.name, self._checked(args), self.options)
+
+    async def aperform_in(self, seconds: float, *args: Any) -> str | None:
+        return await self._atarget().push_job(self.name, self._checked(args), self.options,
+                                              delay=seconds)
+
+    async def aperform_at(self, when: float | datetime, *args: Any) -> str | None:
+        at = _epoch(when)
+        return await self._atarget().push_job(self.name, self._checked(args), self.options,
+                                              at=at)
+
+    async def aperform_bulk(self, args: Iterable[Sequence[Any]]) -> list[str]:
+        return await self._atarget().push_bulk(self._bulk_item(args))
+
+    def _checked(self, args: tuple[Any, ...]) -> list[Any]:
+        signatures.check(self.name, args)
+        return list(args)
+
+    def _bulk_item(self, args: Iterable[Sequence[Any]]) -> dict[str, Any]:
         all_args = [list(one) for one in args]
         for i, one in enumerate(all_args):
             signatures.check(self.name, one, f" in args[{i}]")
-        return self._target().push_bulk(
-            {**self.options.payload_fields(), "class": self.name, "args": all_args})
+        return {**self.options.payload_fields(), "class": self.name, "args": all_args}
 
 
 def _epoch(when: float | datetime) -> float:
@@ -265,3 +296,19 @@ class Job:
     @classmethod
     def perform_bulk(cls, args: Iterable[Sequence[Any]]) -> list[str]:
         return cls.enqueuer().perform_bulk(args)
+
+    @classmethod
+    async def aperform_async(cls, *args: Any) -> str | None:
+        return await cls.enqueuer().aperform_async(*args)
+
+    @classmethod
+    async def aperform_in(cls, seconds: float, *args: Any) -> str | None:
+        return await cls.enqueuer().aperform_in(seconds, *args)
+
+    @classmethod
+    async def aperform_at(cls, when: float | datetime, *args: Any) -> str | None:
+        return await cls.enqueuer().aperform_at(when, *args)
+
+    @classmethod
+    async def aperform_bulk(cls, args: Iterable[Sequence[Any]]) -> list[str]:
+        return await cls.enqueuer().aperform_bulk(args)

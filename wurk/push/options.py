@@ -2,8 +2,9 @@
 
 Duties:
 1. Hold a job's options (queue, retry, backtrace, dead, retry_queue, tags,
-   retry_for, profile, unique_for and unique_until, and the process-side
-   hooks retry_in, retries_exhausted and unique_key) as one frozen value.
+   retry_for, profile, unique_for and unique_until, store_result and
+   result_ttl, and the process-side hooks retry_in, retries_exhausted and
+   unique_key) as one frozen value.
 2. Check option values when they are given, with a TypeError that names
    the option (``make_options``); the time options (expiry, time limits,
    deadline) through :mod:`wurk.push.time_options`.
@@ -18,6 +19,7 @@ from typing import Any
 
 from wurk.observe.profiler import DEFAULT_TOKEN
 from wurk.push import time_options, unique
+from wurk.wire import results
 
 # Options that travel in the payload when set (Sidekiq's sidekiq_options).
 PAYLOAD_OPTIONS = ("queue", "retry", "backtrace", "dead", "retry_queue", "tags", "retry_for",
@@ -49,6 +51,9 @@ class JobOptions:
     timeout: float | None = None
     hard_timeout: float | None = None
     deadline: float | None = None
+    # Job results (wurk.push.results): sent as "result_ttl" (seconds) when on.
+    store_result: bool = False
+    result_ttl: int | None = None
     # Not sent: server-side hooks (Sidekiq's sidekiq_retry_in and
     # sidekiq_retries_exhausted blocks).
     retry_in: RetryIn | None = field(default=None, compare=False)
@@ -64,6 +69,8 @@ class JobOptions:
                 fields[name] = list(value) if name == "tags" else value
         if self.unique_for is not None and self.unique_until not in (None, "success"):
             fields["unique_until"] = self.unique_until
+        if self.store_result:
+            fields[results.TTL] = self.result_ttl or results.DEFAULT_TTL
         if self.profile:
             fields["profile"] = DEFAULT_TOKEN if self.profile is True else self.profile
         fields.update(time_options.payload_fields(self))
@@ -84,8 +91,23 @@ def make_options(base: JobOptions | None = None, **changes: Any) -> JobOptions:
     if not isinstance(changes.get("profile"), bool | str | None):
         raise TypeError(f"profile must be a token string or a bool, got {changes['profile']!r}")
     unique.check_options(changes)
+    _check_results(base, changes)
     queue = changes.get("queue", "default")
     if not isinstance(queue, str) or not queue:
         raise TypeError(f"queue must be a non-empty string, got {queue!r}")
     time_options.check_changes(changes, base)
     return replace(base or JobOptions(), **changes)
+
+
+def _check_results(base: JobOptions | None, changes: dict[str, Any]) -> None:
+    store = changes.get("store_result", base.store_result if base else False)
+    if not isinstance(store, bool):
+        raise TypeError(f"store_result must be true or false, got {store!r}")
+    ttl = changes.get("result_ttl")
+    if ttl is None:
+        return
+    if isinstance(ttl, bool) or not isinstance(ttl, int) or not 1 <= ttl <= results.MAX_TTL:
+        raise TypeError(f"result_ttl must be whole seconds from 1 to {results.MAX_TTL}, "
+                        f"got {ttl!r}")
+    if not store:
+        raise TypeError("result_ttl is only used with store_result=True")

@@ -26,6 +26,10 @@ MAX_DURATION = 1_000_000_000.0
 MAX_EPOCH = 1e11
 
 
+class JobExpiredError(Exception):
+    """A job was dropped unrun: it was fetched after its expiry (what a result waiter sees)."""
+
+
 class JobTimeout(BaseException):
     """A job ran past its ``timeout`` (raised inside it) or its ``hard_timeout``.
 

@@ -21,8 +21,9 @@ Duties:
    (``unique_lock``) and takes the lock for ``unique_for`` seconds counted
    from the time the job is due to run; a job whose key another jid holds
    is a duplicate and is not written. A key function that raises or returns
-   a non-string fails the push with nothing written.
-4. ``give_back``: the compare-and-delete release, for the worker and for
+   a non-string fails the push with nothing written. ``aadmit`` is the same
+   step for the asyncio client, the same script on its pool.
+4. ``give_back`` (``agive_back``): the compare-and-delete release, for the worker and for
    jobs that took their lock but were not written.
 """
 
@@ -31,11 +32,14 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from wurk.core.logging import get_logger
 from wurk.wire import unique
 from wurk.wire.lua import UNIQUE_LOCK, UNIQUE_RELEASE
+
+if TYPE_CHECKING:
+    from wurk.redis.apool import AsyncRedisPool
 
 log = get_logger("wurk.unique")
 KeyFunction = Callable[[list[Any]], str]
@@ -123,6 +127,28 @@ def admit(batch: Sequence[tuple[dict[str, Any], float | None]], redis: Any) -> l
     """The built-in step: take the lock of every job of ``batch`` (payloads that
     carry ``unique_for``, with their run times) in one round trip; True for each
     job that goes ahead, False for a duplicate."""
+    wanted, lock_keys, args = _lock_request(batch)
+    if not lock_keys:
+        return [True] * len(batch)
+    # Safe to send twice: a replay after a lost reply finds each job's own jid.
+    replies = redis.run(lambda c: UNIQUE_LOCK.run(c, lock_keys, args), idempotent=True)
+    return _verdicts(batch, wanted, replies)
+
+
+async def aadmit(batch: Sequence[tuple[dict[str, Any], float | None]],
+                 redis: AsyncRedisPool) -> list[bool]:
+    """:func:`admit` for the asyncio client, through its pool: the same script."""
+    wanted, lock_keys, args = _lock_request(batch)
+    if not lock_keys:
+        return [True] * len(batch)
+    replies = await redis.run(lambda c: c.script(UNIQUE_LOCK, lock_keys, args), idempotent=True)
+    return _verdicts(batch, wanted, replies)
+
+
+def _lock_request(batch: Sequence[tuple[dict[str, Any], float | None]]
+                  ) -> tuple[list[bool], list[str], list[Any]]:
+    """Which jobs want a lock, and the script's keys and arguments for them;
+    names each job's key in its payload (``unique_lock``)."""
     wanted = [_wants_lock(payload) for payload, _ in batch]
     now = time.time()
     lock_keys: list[str] = []
@@ -132,10 +158,12 @@ def admit(batch: Sequence[tuple[dict[str, Any], float | None]], redis: Any) -> l
             payload[unique.LOCK] = key_for(payload)
             lock_keys.append(payload[unique.LOCK])
             args += [str(payload["jid"]), ttl_ms(float(payload[unique.FOR]), run_at, now)]
-    if not lock_keys:
-        return [True] * len(batch)
-    # Safe to send twice: a replay after a lost reply finds each job's own jid.
-    replies = iter(redis.run(lambda c: UNIQUE_LOCK.run(c, lock_keys, args), idempotent=True))
+    return wanted, lock_keys, args
+
+
+def _verdicts(batch: Sequence[tuple[dict[str, Any], float | None]], wanted: list[bool],
+              replies: Iterable[Any]) -> list[bool]:
+    replies = iter(replies)
     admitted = []
     for (payload, _), wants in zip(batch, wanted, strict=True):
         reply = next(replies) if wants else 1
@@ -154,12 +182,26 @@ def _duplicate(payload: Mapping[str, Any], holder: Any) -> None:
 def give_back(payloads: Iterable[Mapping[str, Any]], redis: Any) -> int:
     """Drop each payload's recorded lock if it still holds the payload's jid, in
     one round trip; how many went."""
+    lock_keys, jids = _held(payloads)
+    if not lock_keys:
+        return 0
+    return int(redis.run(lambda c: UNIQUE_RELEASE.run(c, lock_keys, jids), idempotent=True))
+
+
+async def agive_back(payloads: Iterable[Mapping[str, Any]], redis: AsyncRedisPool) -> int:
+    """:func:`give_back` for the asyncio client."""
+    lock_keys, jids = _held(payloads)
+    if not lock_keys:
+        return 0
+    return int(await redis.run(lambda c: c.script(UNIQUE_RELEASE, lock_keys, jids),
+                               idempotent=True))
+
+
+def _held(payloads: Iterable[Mapping[str, Any]]) -> tuple[list[str], list[str]]:
     lock_keys, jids = [], []
     for payload in payloads:
         key, jid = payload.get(unique.LOCK), payload.get("jid")
         if isinstance(key, str) and isinstance(jid, str):
             lock_keys.append(key)
             jids.append(jid)
-    if not lock_keys:
-        return 0
-    return int(redis.run(lambda c: UNIQUE_RELEASE.run(c, lock_keys, jids), idempotent=True))
+    return lock_keys, jids

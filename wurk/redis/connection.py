@@ -51,15 +51,15 @@ def _load_peek() -> Callable[[int], bool] | None:
     return quiet_and_open
 
 
-_quiet_and_open = _load_peek()
+quiet_and_open = _load_peek()
 
 
 def _server_closed(raw: Any) -> bool:
     """True when an idle socket must be re-dialed: EOF, an error, or bytes
     nobody asked for (a reply out of step)."""
-    if _quiet_and_open is not None:
+    if quiet_and_open is not None:
         try:
-            return not _quiet_and_open(raw._sock.fileno())
+            return not quiet_and_open(raw._sock.fileno())
         except OSError:
             return True
     try:

@@ -62,7 +62,43 @@ class RetrySettings:
 _live_pools: weakref.WeakSet[RedisPool] = weakref.WeakSet()
 
 
-class RedisPool:
+def settings_of(config: Config) -> dict[str, Any]:
+    """The pool arguments a config gives, but its URL (for the sync and the asyncio pool)."""
+    return {
+        "size": config.pool_size,
+        "connect_timeout": config.redis_connect_timeout,
+        "read_timeout": config.redis_read_timeout,
+        "retry": RetrySettings(config.redis_retry_attempts, config.redis_retry_base,
+                               config.redis_retry_cap),
+        "on_error": config.on_redis_error,
+        "sentinel": SentinelSettings.from_config(config),
+    }
+
+
+class ReplayReporter:
+    """What the sync and the asyncio pool share: their retry settings, error
+    hook and deadline, and the report made before each replay or give-up."""
+
+    retry: RetrySettings
+    on_error: RedisErrorHook
+    deadline: Deadline
+    _rng: random.Random
+
+    def replay_delay(self, exc: Exception, plan: Plan, attempt: int) -> float | None:
+        """Report the failure; return the pause before a replay, or None to raise."""
+        delay = (backoff_delay(attempt, self.retry.base, self.retry.cap, self._rng)
+                 if plan is Plan.BACKOFF else 0.0)
+        if plan not in (Plan.FAILOVER, Plan.BACKOFF):
+            action = plan.value
+        elif not self.deadline.allows(delay):
+            action = "deadline"  # the replay could only end after the drain's deadline
+        else:
+            action = "retry"
+        self.on_error(exc, attempt=attempt, action=action)
+        return delay if action == "retry" else None
+
+
+class RedisPool(ReplayReporter):
     """A bounded pool of :class:`Conn` with the apply-safety policy on top."""
 
     def __init__(self, url: str, *, size: int = 10, connect_timeout: float = 1.0,
@@ -95,15 +131,7 @@ class RedisPool:
 
     @classmethod
     def from_config(cls, config: Config) -> RedisPool:
-        return cls(
-            config.redis_url, size=config.pool_size,
-            connect_timeout=config.redis_connect_timeout,
-            read_timeout=config.redis_read_timeout,
-            retry=RetrySettings(config.redis_retry_attempts, config.redis_retry_base,
-                                config.redis_retry_cap),
-            on_error=config.on_redis_error,
-            sentinel=SentinelSettings.from_config(config),
-        )
+        return cls(config.redis_url, **settings_of(config))
 
     def _reset_state(self) -> None:
         # Bumped whenever a connection is dropped for a transient error (I/O,
@@ -219,24 +247,11 @@ class RedisPool:
                                   idempotent=idempotent, dirty=conn.round_trips != odometer)
                 if plan is Plan.PROPAGATE:
                     raise
-                delay = self._replay_delay(exc, plan, attempt)
+                delay = self.replay_delay(exc, plan, attempt)
                 if delay is None:
                     raise
                 if delay:
                     self._sleep(delay)
-
-    def _replay_delay(self, exc: Exception, plan: Plan, attempt: int) -> float | None:
-        """Report the failure; return the pause before a replay, or None to raise."""
-        delay = (backoff_delay(attempt, self.retry.base, self.retry.cap, self._rng)
-                 if plan is Plan.BACKOFF else 0.0)
-        if plan not in (Plan.FAILOVER, Plan.BACKOFF):
-            action = plan.value
-        elif not self.deadline.allows(delay):
-            action = "deadline"  # the replay could only end after the drain's deadline
-        else:
-            action = "retry"
-        self.on_error(exc, attempt=attempt, action=action)
-        return delay if action == "retry" else None
 
     def call(self, *args: Any, idempotent: bool = False) -> Any:
         return self.run(lambda c: c.call(*args), idempotent=idempotent)

@@ -4,7 +4,7 @@ Duties:
 1. Read the sentinel addresses, master name and password from the settings.
 2. Build a connection pool template whose connections ask the sentinels for
    the master on every dial, so a reconnect after a failover reaches the
-   promoted replica.
+   promoted replica (for redis-py's sync and asyncio connections both).
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import redis
+import redis.asyncio.sentinel as asentinel
+from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 from redis.sentinel import Sentinel, SentinelConnectionPool
@@ -48,3 +50,12 @@ class SentinelSettings:
             "socket_timeout": connect_timeout, "socket_connect_timeout": connect_timeout,
             "password": self.password, "retry": Retry(NoBackoff(), 0)})
         return SentinelConnectionPool(self.master, manager, **own)  # type: ignore[no-untyped-call]
+
+    def async_pool_template(self, kwargs: dict[str, Any],
+                            connect_timeout: float) -> Any:
+        """The same for ``redis.asyncio``: its Sentinel pool asks for the master on every dial."""
+        own = {k: v for k, v in kwargs.items() if k not in ("host", "port", "connection_class")}
+        manager = asentinel.Sentinel(list(self.sentinels), sentinel_kwargs={  # type: ignore[no-untyped-call]
+            "socket_timeout": connect_timeout, "socket_connect_timeout": connect_timeout,
+            "password": self.password, "retry": AsyncRetry(NoBackoff(), 0)})
+        return asentinel.SentinelConnectionPool(self.master, manager, **own)  # type: ignore[no-untyped-call]

@@ -16,7 +16,7 @@ import threading
 import time
 
 from wurk.core.logging import get_logger
-from wurk.runtime.launcher import Launcher
+from wurk.runtime.launcher import Launcher, run_shutdown_hooks
 from wurk.settings.config import Config, default_config
 
 log = get_logger("wurk.embedded")
@@ -49,3 +49,4 @@ class Embedded:
             launcher, self.launcher = self.launcher, None
         if launcher is not None and not launcher.stopped.is_set():
             launcher.stop(time.monotonic() + self.config.shutdown_timeout)
+            run_shutdown_hooks(self.config)

@@ -1,7 +1,9 @@
 """The heartbeat: how Sidekiq's API and Web UI see this process.
 
 Duties, every ``heartbeat_interval`` seconds (and once at start):
-1. Flush processed/failed counts to ``stat:*`` and the per-day keys.
+1. Flush processed/failed counts to ``stat:*`` and the per-day keys; then,
+   in one more pipeline, the per-class figures in Sidekiq 7's metrics keys
+   (:mod:`wurk.observe.class_metrics`), one try, given back if never sent.
 2. Publish the in-flight jobs hash under both names Sidekiq reads
    (``<id>:workers`` for 6.4, ``<id>:work`` for 6.5+), with a 60 s TTL.
    A flush Redis refused (at maxmemory) keeps its counts for the next
@@ -40,6 +42,7 @@ import redis.exceptions as rx
 
 from wurk.core import threads
 from wurk.core.logging import get_logger
+from wurk.observe import class_metrics
 from wurk.push.buffered import unapplied
 from wurk.redis.pools import pool_for
 from wurk.version import __version__
@@ -187,6 +190,26 @@ class Heartbeat:
             # twice, so they are dropped and the loss is logged.
             log.error("heartbeat.stats_lost", processed=processed, failed=failed)
             raise
+        self._flush_classes()
+
+    def _flush_classes(self) -> None:
+        """Per-class figures, one pipeline apart from the counts: a bad key (WRONGTYPE)
+        there costs these figures only, never the processed/failed totals."""
+        taken = self.counters.classes.take()
+        commands = class_metrics.flush_commands(taken)
+        if not commands:
+            return
+        try:
+            replies = pool_for(self.config).run(
+                lambda c: c.pipeline(commands, raise_on_error=False), attempts=1)
+        except Exception as exc:
+            if unapplied(exc):
+                self.counters.classes.give_back(taken)
+            raise
+        refused = [r for r in replies if isinstance(r, rx.ResponseError)]
+        if refused:
+            log.warning("heartbeat.class_metrics_refused", errors=len(refused),
+                        error=str(refused[0]))
 
     def _deliver(self, name: str) -> None:
         if name not in REMOTE_SIGNALS:

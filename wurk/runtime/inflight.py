@@ -9,7 +9,9 @@ Duties:
    and which runs a stop abandoned or the job timer took over past their
    hard limit (their late outcome is dropped).
 2. :class:`Counters`: processed and failed executions between heartbeats,
-   taken atomically and given back when a beat fails.
+   taken atomically and given back when a beat fails, and the per-class
+   figures (``classes``, :class:`wurk.observe.class_metrics.ClassMetrics`)
+   the same heartbeat writes.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from wurk.observe.class_metrics import ClassMetrics
 from wurk.wire.payload import dumps
 
 if TYPE_CHECKING:
@@ -32,6 +35,7 @@ class Counters:
         self._lock = threading.Lock()
         self.processed = 0
         self.failed = 0
+        self.classes = ClassMetrics()
 
     def record(self, *, failed: bool) -> None:
         with self._lock:

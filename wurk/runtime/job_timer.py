@@ -11,10 +11,10 @@ Duties:
    a socket read) sees it only when that call returns.
 3. Never into the next job: the timer fires at most once per run, and only
    under its lock while the run is not done; the job thread ends a run by
-   marking it done under that lock and, if the timer had fired, clearing a
-   delivery still pending. A JobTimeout that lands between the job's end
-   and that clearing is caught in :meth:`JobTimer.run` itself and becomes
-   the run's failure (the job did run past its limit); it never reaches the
+   marking it done under that lock and, if the timer had fired, taking
+   delivery of a JobTimeout still pending and dropping it. One that lands
+   between the job's end and that point is caught in :meth:`JobTimer.run`
+   itself and becomes the run's failure (the job did run past its limit); it never reaches the
    processor's own code after. The job thread takes only the plain lock,
    whose ``with`` is C code: a JobTimeout landing inside a Python-level
    ``__enter__``/``__exit__`` (a Condition's) could leave that held.
@@ -31,6 +31,7 @@ Duties:
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import heapq
 import itertools
@@ -42,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from wurk.core import threads
 from wurk.core.logging import get_logger
-from wurk.runtime import settle, unique
+from wurk.runtime import batch, results, settle, unique
 from wurk.runtime.time_limits import JobTimeout, Limits
 from wurk.runtime.work import Settlement
 from wurk.wire.payload import dumps, loads_job
@@ -75,10 +76,26 @@ class Run:
     reported: bool = False  # the parent was told about its hard deadline
 
 
-def raise_in(tid: int, exc_type: type[BaseException] | None) -> None:
-    """Raise ``exc_type`` in thread ``tid`` at its next bytecode; None clears a pending one."""
-    target = ctypes.py_object(exc_type) if exc_type is not None else None
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(tid), target)
+def raise_in(tid: int, exc_type: type[BaseException]) -> None:
+    """Raise ``exc_type`` in thread ``tid`` at its next function call or loop jump."""
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(tid), ctypes.py_object(exc_type))
+
+
+def _landing() -> None:
+    """An empty Python call: entering it is a point where a pending async exception lands."""
+
+
+def _absorb_pending() -> None:
+    """Take delivery of a JobTimeout sent to this thread and not yet raised, and drop it.
+
+    Never cleared with ``PyThreadState_SetAsyncExc(tid, NULL)``: on CPython
+    3.11 that leaves the interpreter-wide "async exception pending" flag set
+    with nothing to deliver, so every thread then stops at every call and
+    loop jump for good, and profiled or GIL-contended code crawls to a halt.
+    Letting the exception land and catching it resets the flag.
+    """
+    with contextlib.suppress(JobTimeout):
+        _landing()
 
 
 def timeout_type(message: str, seconds: float, hard: bool) -> type[JobTimeout]:
@@ -153,7 +170,7 @@ class JobTimer:
             self._active.discard(run)
             fired = run.fired
         if fired:
-            raise_in(run.tid, None)  # a delivery still pending is dropped here
+            _absorb_pending()
         if run.reported:
             self._note(b"-" + dumps([run.jid]).encode() + b"\n")
 
@@ -230,13 +247,20 @@ class JobTimer:
     def _settle_overrun(self, run: Run, failure: JobTimeout) -> None:
         try:
             settlement = self._plan(run, failure)
+            job = _readable(run.work.raw)
+            if job is not None:  # told before the settle, as the processor tells them
+                if results.TTL in job:
+                    results.failed(self.config, job, failure, settlement.outcome,
+                                   self._stopped.wait)
+                batch.failed(self.config, job, failure, settlement.outcome, self._stopped.wait)
             done = settle.until_settled(self.config, self.fetch, run.work, settlement,
                                         jid=run.jid, abandoned=self._stopped.wait)
             if done:
                 self.counters.record(failed=True)
                 log.info(f"job.{settlement.outcome}", jid=run.jid, queue=run.work.queue,
                          error="JobTimeout")
-                unique.finished(self.config, loads_job(run.work.raw), settlement.outcome)
+                if job is not None:
+                    unique.finished(self.config, job, settlement.outcome)
                 self._note(b"-" + dumps([run.jid]).encode() + b"\n")
         except BaseException as exc:  # noqa: BLE001 - the copy stays in the private list
             log.error("job_timer.error", jid=run.jid, error=threads.describe(exc))
@@ -277,3 +301,10 @@ class JobTimer:
     def _note(self, line: bytes) -> None:
         if self._notes is not None:
             self._notes(line)
+
+
+def _readable(raw: bytes) -> dict[str, Any] | None:
+    try:
+        return loads_job(raw)
+    except Exception:  # noqa: BLE001 - _plan already sends an unreadable payload to dead
+        return None

@@ -26,7 +26,8 @@ Duties:
    tells the owner why it stopped.
 5. :func:`stop_before_exit`, for a process that exits after the stop
    (``wurk run``, a swarm child): stop, then send or spool what the push
-   buffers still hold, both within the same drain deadline.
+   buffers still hold, both within the same drain deadline, then call the
+   config's ``on_shutdown`` hooks (:func:`run_shutdown_hooks`).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from wurk.core.logging import get_logger
+from wurk.core.threads import describe
 from wurk.observe import metrics
 from wurk.push.buffered import flush_push_buffers
 from wurk.push.job import Registry, registry
@@ -191,7 +193,17 @@ def stop_before_exit(launcher: Launcher) -> int:
     requeued = launcher.stop(deadline)
     with pool_for(launcher.config).deadline.bounded(deadline + STOP_MARGIN):
         flush_push_buffers()
+    run_shutdown_hooks(launcher.config)
     return requeued
+
+
+def run_shutdown_hooks(config: Config) -> None:
+    """Call ``config.on_shutdown``, each once; one that raises is logged and the rest run."""
+    for hook in config.on_shutdown:
+        try:
+            hook()
+        except BaseException as exc:  # noqa: BLE001 - the process is leaving either way
+            log.warning("shutdown_hook.failed", hook=repr(hook)[:200], error=describe(exc))
 
 
 def dump_threads() -> None:

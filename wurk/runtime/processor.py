@@ -11,7 +11,8 @@ Duties, in order, for each job:
 3. Run it inside the server middleware chain, timing it and logging one line
    at start and one at the end; under cProfile when the payload asks for a
    profile (``wurk.observe.profiler``), and timed and counted while metrics are on
-   (``wurk.observe.metrics``). With both off the run path is unchanged. Whatever the
+   (``wurk.observe.metrics``) and per class (``wurk.observe.class_metrics``,
+   ``class_metrics``). With all off the run path is unchanged. Whatever the
    job or its middleware raises, ``SystemExit`` and ``KeyboardInterrupt``
    included, is the job's failure: nothing a job does ends the thread.
    A job with a ``timeout`` or ``hard_timeout`` runs under the process's
@@ -29,7 +30,12 @@ Duties, in order, for each job:
    logged.
 5. Tell :mod:`wurk.runtime.unique` when a unique job starts and how it
    ended, so its lock goes when its ``unique_until`` says.
-6. Drop this execution's outcome when the launcher already pushed the job
+6. Store the outcome of a job that asked for it (``result_ttl`` in the
+   payload: :mod:`wurk.runtime.results`) before its acknowledgement or
+   settle; any other job pays one dict lookup.
+7. Tell :mod:`wurk.runtime.batch` when a batch job runs and how it ended
+   (before its ack or settle), so its batch counts it and fires callbacks.
+7. Drop this execution's outcome when the launcher already pushed the job
    back to Redis during a hard stop (the job runs again, which the
    at-least-once contract allows), and stop retrying a settle once a hard
    stop abandons the job (its copy stays for the stop's release or the
@@ -42,6 +48,7 @@ back (``Manager._give_back``).
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -50,9 +57,10 @@ from wurk.core import logging as wlog
 from wurk.core.logging import get_logger
 from wurk.core.threads import describe
 from wurk.limiter.base import reschedulable
-from wurk.observe import metrics, profiler
+from wurk.observe import class_metrics, metrics, profiler
 from wurk.push.job import Registered, Registry, UnknownJobError
-from wurk.runtime import middleware, overlimit, settle, time_limits, unique
+from wurk.push.time_options import JobExpiredError
+from wurk.runtime import batch, middleware, overlimit, results, settle, time_limits, unique
 from wurk.runtime.job_timer import JobTimer
 from wurk.runtime.retry import RetryHandler
 from wurk.runtime.work import Settlement
@@ -81,6 +89,7 @@ class Processor:
         # Metrics on: every run is timed and counted. Off: the plain method, nothing added.
         observed = metrics.for_config(config)
         self._run_job: RunJob = self._run if observed is None else observed.timed(self._run)
+        self._run_job = class_metrics.tracked(config, counters.classes, self._run_job)
 
     def process(self, work: UnitOfWork, slot: str) -> None:
         try:
@@ -99,9 +108,11 @@ class Processor:
         if limits.expiry is not None and self._expired(job, work, slot, limits.expiry):
             return
         unique.started(self.config, job)
+        running = batch.started(job)
         failure = (self.timer.run(slot, work, job, entry.options if entry else None,
                                   limits=limits, call=lambda: self._execute(job, work.queue, entry))
                    if limits.bounded else self._execute(job, work.queue, entry))
+        batch.stopped(running)
         if failure is None:
             self._succeeded(job, work, slot)
         else:
@@ -109,9 +120,16 @@ class Processor:
             self.in_flight.finish(slot)
 
     def _expired(self, job: dict[str, Any], work: UnitOfWork, slot: str, expiry: float) -> bool:
-        if not time_limits.drop_expired(self.config, job, work, self.fetch, self.counters,
-                                           expiry=expiry):
+        if time.time() <= expiry:
             return False
+        # A result waiter and the job's batch learn it will never run, before
+        # the ack: a crash between leaves it to be fetched, and dropped, again.
+        gone = JobExpiredError("dropped unrun: fetched after its expiry")
+        abandoned = functools.partial(self.in_flight.wait_abandoned, slot)
+        if results.TTL in job:
+            results.failed(self.config, job, gone, "dropped", abandoned)
+        batch.failed(self.config, job, gone, "dropped", abandoned)
+        time_limits.drop_expired(self.config, job, work, self.fetch, self.counters, expiry=expiry)
         self.in_flight.finish(slot)
         unique.finished(self.config, job, "dropped")  # never ran: a new push may go ahead
         return True
@@ -139,6 +157,8 @@ class Processor:
             if entry is None:
                 raise UnknownJobError.for_name(job["class"])
             perform = entry.factory(job)
+            if results.TTL in job:
+                perform = results.capturing(perform)
             middleware.invoke(self.config.server_middleware, job, queue,
                               lambda: perform(*job["args"]))
         except BaseException as exc:
@@ -154,6 +174,13 @@ class Processor:
         return None
 
     def _succeeded(self, job: dict[str, Any], work: UnitOfWork, slot: str) -> None:
+        if results.TTL in job:
+            results.succeeded(self.config, job, lambda t: self.in_flight.wait_abandoned(slot, t))
+        # Counted in its batch before the ack: a crash between runs it again, counted once.
+        if not batch.succeeded(self.config, job, lambda wait: self.in_flight.wait_abandoned(
+                slot, wait)):
+            self.in_flight.finish(slot)
+            return  # a hard stop took it first: its copy stays for the recovery
         if self.in_flight.finish(slot):
             return  # requeued by a hard stop: not ours to settle any more
         self.counters.record(failed=False)
@@ -178,6 +205,11 @@ class Processor:
             log.error("retry.unrecordable", jid=_jid(job), error=describe(unwritable),
                       failure=describe(exc))
             settlement = Settlement.dead(work.raw)
+        if results.TTL in job:
+            results.failed(self.config, job, exc, settlement.outcome,
+                           lambda t: self.in_flight.wait_abandoned(slot, t))
+        batch.failed(self.config, job, exc, settlement.outcome,
+                     lambda wait: self.in_flight.wait_abandoned(slot, wait))
         if self._settle(work, slot, _jid(job), settlement):
             log.info(f"job.{settlement.outcome}", jid=_jid(job), queue=work.queue,
                      retry_count=job.get("retry_count"))

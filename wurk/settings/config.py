@@ -11,7 +11,9 @@ Duties:
    the bad value (every number within its declared range, the Redis URL whole
    by :mod:`wurk.settings.redis_url`); a value that may hold a password is
    quoted through :mod:`wurk.core.redaction`, as is ``repr(config)``.
-4. Hold the process-wide default config (``configure``, ``default_config``).
+4. Hold the process-wide default config (``configure``, ``default_config``),
+   and tell the integrations that registered with ``when_configured`` of
+   each one installed, so they can add their hooks to it.
 
 A Config holds values only: its Redis pool comes from
 :func:`wurk.redis.pools.pool_for`.
@@ -41,6 +43,7 @@ from wurk.settings.hooks import (
     ErrorHandler,
     RedisErrorHook,
     ServerMiddleware,
+    ShutdownHook,
 )
 from wurk.settings.queues import QueueSpecError, parse_queues
 from wurk.settings.values import ConfigError, check_type, environment_layer
@@ -51,7 +54,7 @@ if TYPE_CHECKING:
 # Names other modules import from here, some defined elsewhere in the package.
 __all__ = ["DEFAULT_REDIS_URL", "Config", "ConfigError", "configure", "default_config",
            "environment_layer", "read_toml_table", "settable_fields", "validate",
-           "when_default_replaced"]
+           "when_configured", "when_default_replaced"]
 
 
 @dataclass(repr=False)
@@ -101,6 +104,7 @@ class Config:
     metrics_url: str | None = DECLARED
     metrics_dogstatsd: bool = DECLARED
     metrics_prometheus: bool = DECLARED
+    class_metrics: bool = DECLARED
     health_listen: str | None = DECLARED
     web_user: str | None = DECLARED
     web_password: str | None = DECLARED
@@ -109,6 +113,7 @@ class Config:
     death_handlers: list[DeathHandler] = DECLARED
     server_middleware: list[ServerMiddleware] = DECLARED
     client_middleware: list[ClientMiddleware] = DECLARED
+    on_shutdown: list[ShutdownHook] = DECLARED
     on_redis_error: RedisErrorHook | None = DECLARED
 
     def __post_init__(self) -> None:
@@ -237,6 +242,8 @@ def read_toml_table(path: Path) -> dict[str, Any]:
 _default: Config | None = None
 # Told of a default config that configure() replaced (the pools close its pool).
 _on_replaced: list[Callable[[Config], None]] = []
+# Told of each default config installed (integrations add their middleware).
+_on_configured: list[Callable[[Config], None]] = []
 
 
 def when_default_replaced(callback: Callable[[Config], None]) -> None:
@@ -244,11 +251,28 @@ def when_default_replaced(callback: Callable[[Config], None]) -> None:
     _on_replaced.append(callback)
 
 
+def when_configured(callback: Callable[[Config], None]) -> None:
+    """Call ``callback(config)`` on the default config now, if one is installed,
+    and on every default installed later (by ``configure`` or the first
+    ``default_config()``).
+
+    This is how an integration (``wurk.contrib``) gives its hooks to every
+    worker: ``wurk run`` and each swarm child install their config with
+    ``configure`` after the application is loaded (a child after the fork),
+    and the callback adds the integration's middleware to it. A callback
+    must be idempotent: it may see one config more than once.
+    """
+    _on_configured.append(callback)
+    if _default is not None:
+        callback(_default)
+
+
 def default_config() -> Config:
     """The process-wide config that ``@wurk.job`` helpers and ``Client()`` use."""
     global _default  # noqa: PLW0603 - the one documented default instance
     if _default is None:
         _default = Config.load()
+        _installed(_default)
     return _default
 
 
@@ -259,4 +283,10 @@ def configure(config: Config | None = None, **overrides: Any) -> Config:
     if old is not None and old is not _default:
         for callback in _on_replaced:
             callback(old)
+    _installed(_default)
     return _default
+
+
+def _installed(config: Config) -> None:
+    for callback in list(_on_configured):
+        callback(config)

@@ -182,6 +182,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("metrics_prometheus", "bool", False,
             help="keep in-process totals and serve them on the health listener's "
                  "`GET /metrics` (needs `health_listen`)"),
+    Setting("class_metrics", "bool", True,
+            help="record executions, failures and run times per job class in memory and "
+                 "write them once per heartbeat in Sidekiq 7's metrics keys (the "
+                 "dashboard's Metrics page; Sidekiq 7's Web reads them too)"),
     Setting("health_listen", "str | None", None, limit=f"port 0 to {MAX_PORT}",
             help="`host:port` (or `:port`) of an HTTP listener for `/live` and `/ready`; "
                  "without a host it binds 127.0.0.1; port 0 picks one; swarm child N listens "
@@ -206,6 +210,11 @@ HOOKS: tuple[Hook, ...] = (
          help="each is called as `mw(job_class, payload, queue, redis, call_next)` before "
               "every push; it may change the payload, or not call `call_next()` to stop "
               "the push"),
+    Hook("on_shutdown", "list[ShutdownHook]", many=True,
+         help="each is called with no arguments when a worker (`wurk run`, a swarm child, "
+              "an embedded worker) has stopped its jobs and flushed its pushes, before it "
+              "exits: flush a tracer or an error reporter here, as swarm children leave by "
+              "`os._exit` and run no `atexit` handlers"),
     Hook("on_redis_error", "RedisErrorHook | None", many=False,
          help="told of every Redis retry, refusal and give-up of a pool, as "
               "`hook(error, attempt=n, action=...)`"),

@@ -19,6 +19,8 @@ ServerMiddleware = Callable[[Mapping[str, Any], str, Callable[[], Any]], Any]
 # RedisPool (typed Any here: settings sit below Redis access): see
 # wurk.push.middleware.
 ClientMiddleware = Callable[[str, dict[str, Any], str, Any, Callable[[], Any]], Any]
+# Called with no arguments once a worker process has stopped and flushed its pushes.
+ShutdownHook = Callable[[], None]
 
 
 class RedisErrorHook(Protocol):

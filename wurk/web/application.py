@@ -28,9 +28,13 @@ from wurk.web import (
     present,
     views_busy,
     views_dashboard,
+    views_locks,
+    views_metrics,
+    views_periodic,
     views_profiles,
     views_queues,
     views_sets,
+    views_spool,
     views_swarms,
 )
 from wurk.web.security import Guard
@@ -41,6 +45,8 @@ def routes() -> list[BaseRoute]:
     static = StaticFiles(directory=str(resources.files("wurk.web") / "static"))
     return [*views_dashboard.ROUTES, *views_queues.ROUTES, *views_sets.ROUTES,
             *views_busy.ROUTES, *views_swarms.ROUTES, *views_profiles.ROUTES,
+            *views_metrics.ROUTES, *views_periodic.ROUTES, *views_locks.ROUTES,
+            *views_spool.ROUTES,
             Mount("/static", app=static, name="static")]
 
 async def _http_error(request: Request, exc: Exception) -> Response:

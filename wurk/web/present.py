@@ -121,6 +121,6 @@ def raw_text(record: JobRecord) -> str:
 def environment(loader: jinja2.BaseLoader) -> jinja2.Environment:
     env = jinja2.Environment(loader=loader, autoescape=True, undefined=jinja2.StrictUndefined)
     env.filters.update(num=num, ago=ago, utc=utc, iso=iso, short=short, duration=duration,
-                       args_text=args_text, raw_text=raw_text)
+                       args_text=args_text, raw_text=raw_text, to_json=to_json)
     env.globals.update(fields=fields, json_for_script=json_for_script)
     return env

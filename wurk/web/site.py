@@ -32,7 +32,10 @@ from wurk.web.security import checked_form, csrf_token
 NAV = (("dashboard", "Dashboard", "/"), ("busy", "Busy", "/busy"),
        ("swarms", "Swarms", "/swarms"), ("queues", "Queues", "/queues"),
        ("retries", "Retries", "/retries"), ("scheduled", "Scheduled", "/scheduled"),
-       ("dead", "Dead", "/dead"), ("profiles", "Profiles", "/profiles"))
+       ("dead", "Dead", "/dead"), ("metrics", "Metrics", "/metrics"),
+       ("periodic", "Periodic", "/periodic"), ("limiters", "Limiters", "/limiters"),
+       ("unique", "Unique", "/unique"), ("spool", "Spool", "/spool"),
+       ("profiles", "Profiles", "/profiles"))
 
 View = Callable[..., Response]
 

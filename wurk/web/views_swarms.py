@@ -9,7 +9,10 @@ Duties:
 2. ``POST /swarms/{verb}`` (``identity``): the swarm's remote control, which
    its parent obeys at its next beat: ``quiet`` (TSTP), ``restart`` (USR1,
    rolling, replacement first), ``more`` / ``fewer`` (TTIN / TTOU: one child
-   more or fewer in every slot, within its limits) and ``stop`` (TERM).
+   more or fewer in every slot, within its limits, or with ``slot`` in
+   that slot only) and ``stop`` (TERM).
+3. Each child's restarts: how often a child at its slot and index exited
+   and was respawned, as the swarm reports it.
 """
 
 from __future__ import annotations
@@ -70,6 +73,12 @@ def signal(request: Request, site: Site, form: FormData) -> Response:
     swarm = SwarmSet(config=site.config).get(identity) if isinstance(identity, str) else None
     if swarm is None:
         raise HTTPException(404, "no live swarm with that identity")
+    slot = form.get("slot")
+    if slot is not None and verb in ("more", "fewer"):
+        if not isinstance(slot, str) or slot not in swarm.slots:
+            raise HTTPException(404, "that swarm has no slot of that name")
+        swarm.scale(verb == "more", slot)
+        return redirect(request, "/swarms", done=f"swarm-{verb}-slot")
     swarm.signal(SIGNALS[verb])
     return redirect(request, "/swarms", done=f"swarm-{verb}")
 

@@ -127,5 +127,48 @@
     setInterval(tick, poll * 1000);
     draw(live, []);
   }
+  // Bars: one per bucket, labels under the first, middle and last.
+  function bars(canvas, values, labels) {
+    var ratio = window.devicePixelRatio || 1;
+    var width = canvas.clientWidth, height = canvas.clientHeight;
+    canvas.width = width * ratio; canvas.height = height * ratio;
+    var ctx = canvas.getContext("2d");
+    ctx.scale(ratio, ratio);
+    ctx.clearRect(0, 0, width, height);
+    var max = Math.max.apply(null, [1].concat(values));
+    var left = 56, right = 10, top = 10, bottom = 22;
+    var w = width - left - right, h = height - top - bottom, n = values.length || 1;
+    ctx.font = "11px system-ui, sans-serif";
+    ctx.fillStyle = css("--muted"); ctx.strokeStyle = css("--line");
+    for (var g = 0; g <= 4; g++) {
+      var y = top + h - (h * g) / 4;
+      ctx.beginPath(); ctx.moveTo(left, y); ctx.lineTo(left + w, y); ctx.stroke();
+      ctx.fillText(fmt((max * g) / 4), 4, y + 4);
+    }
+    [0, Math.floor(n / 2), n - 1].forEach(function (i) {
+      if (labels[i]) { ctx.fillText(labels[i], left + (w * i) / n, height - 6); }
+    });
+    ctx.fillStyle = css("--processed");
+    values.forEach(function (v, i) {
+      var bh = (h * v) / max;
+      ctx.fillRect(left + (w * i) / n + 1, top + h - bh, Math.max(1, w / n - 2), bh);
+    });
+  }
+
+  var classData = document.getElementById("class-data");
+  function drawClass() {
+    if (!classData) { return; }
+    var data = JSON.parse(classData.textContent);
+    var gram = document.getElementById("histogram");
+    if (gram) { bars(gram, data.histogram, data.labels); }
+    var runs = document.getElementById("executions");
+    if (runs) {
+      draw(runs, [{values: data.processed, color: "--processed"},
+                  {values: data.failed, color: "--failed"}], data.minutes);
+    }
+  }
+  drawClass();
+
   window.addEventListener("resize", drawHistory);
+  window.addEventListener("resize", drawClass);
 })();

@@ -1,0 +1,221 @@
+"""Per-class metrics: what workers record (Sidekiq 7's keys) and the Metrics pages."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+import redis
+from starlette.testclient import TestClient
+from webpages import ruby_process
+
+import wurk
+import wurk.web
+from wurk.api.class_metrics import ClassMetricsQuery
+from wurk.observe.class_metrics import (
+    TTL,
+    ClassMetrics,
+    bucket_of,
+    flush_commands,
+    histogram_key,
+    minute_key,
+    tracked,
+)
+from wurk.runtime.launcher import Launcher
+from wurk.settings.config import Config
+
+MINUTE_KEY = re.compile(r"^j\|\d{8}\|\d{1,2}:\d{1,2}$")
+
+
+@pytest.fixture
+def web(config: Config) -> Iterator[TestClient]:
+    with TestClient(wurk.web.app(config)) as client:
+        yield client
+
+
+def ruby7_writes(r: redis.Redis, cls: str, at: datetime, *, p: int, f: int, ms: int,
+                 buckets: dict[int, int]) -> None:
+    """What Sidekiq 7.x's ExecutionTracker#flush writes for one class and minute."""
+    minute = f"j|{at.strftime('%Y%m%d')}|{at.hour}:{at.minute}"
+    hist = f"{cls}-{at.strftime('%d-%H')}:{at.minute}"
+    for suffix, value in (("ms", ms), ("p", p), ("f", f)):
+        r.hincrby(minute, f"{cls}|{suffix}", value)
+    r.expire(minute, 8 * 3600)
+    args: list[Any] = [hist, "OVERFLOW", "SAT"]
+    for index, count in buckets.items():
+        args += ["INCRBY", "u16", f"#{index}", count]
+    r.execute_command("BITFIELD", *args)
+    r.expire(hist, 8 * 3600)
+
+
+def test_key_names_and_buckets_are_sidekiq_7s() -> None:
+    at = datetime(2026, 11, 3, 7, 4, tzinfo=UTC)
+    assert minute_key(at) == "j|20261103|7:4"
+    assert histogram_key("Mailer", at) == "Mailer-03-07:4"
+    # Sidekiq: the first bucket whose bound is above the time (20 ms goes in "30ms").
+    assert [bucket_of(ms) for ms in (0, 19, 20, 280, 334_999, 335_000, 10**9)] == [
+        0, 0, 1, 7, 24, 25, 25]
+
+
+def test_flush_commands_add_up_and_saturate() -> None:
+    recorder = ClassMetrics()
+    for ms in (5, 5, 300):
+        recorder.record("A", ms, failed=False)
+    recorder.record("A", 9999, failed=True)
+    taken = recorder.take()
+    assert recorder.take() == {}
+    counts = taken["A"]
+    assert (counts.processed, counts.failed, counts.ms) == (4, 1, 310)
+    assert counts.histogram[0] == 2 and counts.histogram[7] == 1 and sum(counts.histogram) == 3
+    recorder.give_back(taken)
+    recorder.give_back(taken)
+    assert recorder.take()["A"].processed == 8
+    counts.histogram[0] = 70_000
+    commands = flush_commands(taken, now=0)
+    assert ("HINCRBY", "j|19700101|0:0", "A|p", 4) in commands
+    assert ("BITFIELD", "A-01-00:0", "OVERFLOW", "SAT", "INCRBY", "u16", "#0", 65535,
+            "INCRBY", "u16", "#7", 1) in commands
+    assert commands[-1] == ("EXPIRE", "j|19700101|0:0", TTL)
+    assert flush_commands({}) == []
+
+
+def test_off_leaves_the_run_untouched(config: Config) -> None:
+    def run(job: dict[str, Any], queue: str, entry: None) -> None:
+        return None
+
+    off = Config(redis_url=config.redis_url, class_metrics=False)
+    assert tracked(off, ClassMetrics(), run) is run
+    assert tracked(config, ClassMetrics(), run) is not run
+
+
+def test_a_worker_writes_sidekiq_7_keys_once_per_beat(
+        config: Config, r: redis.Redis, launch: Callable[..., Launcher],
+        define: Callable[..., Any]) -> None:
+    ok = define(lambda: time.sleep(0.03))
+    bad = define(lambda: 1 / 0, retry=False)
+    for _ in range(3):
+        ok.perform_async()
+    for _ in range(2):
+        bad.perform_async()
+    launch()
+    query = ClassMetricsQuery(config=config)
+
+    def settled() -> bool:
+        found = {t.name: t for t in query.top(1)}
+        return (ok.name in found and found[ok.name].processed == 3
+                and bad.name in found and found[bad.name].failed == 2)
+
+    deadline = time.monotonic() + 15
+    while not settled():
+        assert time.monotonic() < deadline, query.top(1)
+        time.sleep(0.1)
+    found = {t.name: t for t in query.top(1)}
+    assert found[ok.name].ms >= 3 * 30 and found[ok.name].failed == 0
+    assert found[bad.name].processed == 2 and found[bad.name].ms == 0
+    minutes = [k for k in r.keys("j|*")]
+    assert minutes and all(MINUTE_KEY.match(k) for k in minutes)
+    assert all(0 < r.ttl(k) <= TTL for k in minutes)
+    assert sum(query.for_class(ok.name).histogram) == 3
+    assert sum(query.for_class(bad.name).histogram) == 0  # failures are not timed
+    grams = r.keys(f"{ok.name}-*")
+    assert grams and all(0 < r.ttl(k) <= TTL for k in grams)
+
+
+def test_a_bad_metrics_key_costs_only_the_metrics(
+        config: Config, r: redis.Redis, launch: Callable[..., Launcher],
+        define: Callable[..., Any]) -> None:
+    """A minute hash that is some other type: the beat and the totals go on."""
+    now = datetime.now(UTC)
+    for seconds in (0, 60):
+        r.rpush(minute_key(datetime.fromtimestamp(now.timestamp() + seconds, UTC)), "x")
+    ok = define(lambda: None)
+    ok.perform_async()
+    launcher = launch()
+    deadline = time.monotonic() + 10
+    while int(r.get("stat:processed") or 0) < 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    beat = launcher.heartbeat.last_beat
+    time.sleep(0.5)
+    assert launcher.heartbeat.last_beat != beat  # still beating
+
+
+def test_reads_what_ruby_sidekiq_7_wrote(config: Config, r: redis.Redis,
+                                         web: TestClient) -> None:
+    now = datetime.now(UTC)
+    earlier = datetime.fromtimestamp(now.timestamp() - 3 * 3600, UTC)
+    ruby7_writes(r, "HardWorker", now, p=10, f=2, ms=4000, buckets={3: 5, 10: 3})
+    ruby7_writes(r, "HardWorker", earlier, p=7, f=0, ms=700, buckets={0: 7})
+    ruby7_writes(r, "Mailer", now, p=1, f=0, ms=12, buckets={0: 1})
+    page = web.get("/metrics")
+    assert page.status_code == 200
+    row = re.search(r"HardWorker</a></td>\s*<td class=\"num\">([\d,]+)</td>\s*"
+                    r"<td class=\"num\">([\d,]+)</td>\s*<td class=\"num\">([\d.,]+) s</td>\s*"
+                    r"<td class=\"num\">([\d.,]+) ms</td>", page.text)
+    assert row and row.groups() == ("10", "2", "4.00", "500.0")
+    assert page.text.index("HardWorker") < page.text.index("Mailer")
+    four = web.get("/metrics?hours=4").text
+    assert re.search(r"HardWorker</a></td>\s*<td class=\"num\">17</td>", four)
+    detail = web.get("/metrics/HardWorker?hours=4")
+    assert detail.status_code == 200
+    data = re.search(r'id="class-data">(.*?)</script>', detail.text)
+    assert data
+    chart = __import__("json").loads(data.group(1))
+    assert chart["histogram"][0] == 7 and chart["histogram"][3] == 5
+    assert chart["histogram"][10] == 3 and len(chart["labels"]) == 26
+    assert sum(chart["processed"]) == 17 and len(chart["minutes"]) == 240
+
+
+def test_garbage_in_the_keys_is_skipped(config: Config, r: redis.Redis,
+                                        web: TestClient) -> None:
+    now = datetime.now(UTC)
+    minute = minute_key(now)
+    r.hset(minute, mapping={"Ok|p": "3", "Ok|ms": "30", "Bad|p": "lots", "Neg|p": "-4",
+                            "nosuffix": "9", "Odd|zz": "1", "<b>x</b>|p": "1"})
+    r.rpush(minute_key(datetime.fromtimestamp(now.timestamp() - 60, UTC)), "a list")
+    r.set(histogram_key("Ok", now), "short")
+    page = web.get("/metrics")
+    assert page.status_code == 200
+    assert ">Ok</a>" in page.text and "Bad" not in page.text and "Neg" not in page.text
+    assert "<b>x</b>" not in page.text and "&lt;b&gt;x&lt;/b&gt;" in page.text
+    assert web.get("/metrics/Ok").status_code == 200
+    assert web.get("/metrics/" + "x" * 2000).status_code == 404
+    assert web.get("/metrics?hours=999").status_code == 200
+
+
+def test_sidekiq_6_processes_are_named_as_not_recording(config: Config,
+                                                        web: TestClient) -> None:
+    assert "records no metrics" not in web.get("/metrics").text
+    ruby_process(config)
+    page = web.get("/metrics").text
+    assert "ruby-host:4242" in page and "Sidekiq 6.x, which records no metrics" in page
+
+
+def test_a_flush_that_never_reached_redis_keeps_its_figures(config: Config) -> None:
+    """Redis away at the beat: the figures wait for the next one (given back)."""
+    from conftest import free_port
+
+    from wurk.redis.pools import close_pool
+    from wurk.runtime.heartbeat import Heartbeat
+    from wurk.runtime.inflight import Counters, InFlightTable
+    from wurk.settings.queues import parse_queues
+
+    away = dataclasses.replace(config, redis_url=f"redis://127.0.0.1:{free_port()}/0",
+                               redis_connect_timeout=0.2)
+    counters = Counters()
+    beat = Heartbeat(away, parse_queues(["default"]), counters=counters,
+                     in_flight=InFlightTable(), on_signal=lambda name: None)
+    counters.classes.record("Kept", 12, failed=False)
+    counters.classes.record("x" * 5000, 12, failed=False)  # too long a name: not recorded
+    try:
+        with pytest.raises(redis.ConnectionError):
+            beat._flush_classes()
+    finally:
+        close_pool(away)
+    taken = counters.classes.take()
+    assert list(taken) == ["Kept"] and taken["Kept"].processed == 1
