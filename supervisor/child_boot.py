@@ -82,6 +82,8 @@ def run_child(slot: Slot, index: int, parent_pid: int, ready_fd: int,
             # os._exit skips atexit, so send what the push buffer still holds.
             flush_push_buffers()
         with contextlib.suppress(BaseException):
+            wlog.flush()  # batched info lines: os._exit skips the atexit flush too
+        with contextlib.suppress(BaseException):
             sys.stdout.flush()
             sys.stderr.flush()
         os._exit(code)

@@ -189,14 +189,19 @@ def _own_spool(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPat
 @pytest.fixture(autouse=True)
 def _logging_restored() -> Iterator[None]:
     """A test that runs an entry point in process (``wurk.cli.main``) configures
-    logging for the whole process; later tests must not inherit its level."""
+    logging for the whole process; later tests must not inherit its level, its
+    fast-path chain, or its pending lines."""
     saved = structlog.get_config()
     state = (wlog._threshold, wlog._entry_point, dict(wlog._process_fields))
+    fast = (wlog._chain, wlog._renderer)
     yield
+    # Its batched lines go out now, into this test's output, not a later test's.
+    wlog.flush()
     structlog.configure(**saved)
     wlog._threshold, wlog._entry_point = state[0], state[1]
     wlog._process_fields.clear()
     wlog._process_fields.update(state[2])
+    wlog._chain, wlog._renderer = fast
 
 
 def fill_to_maxmemory(client: redis.Redis) -> None:

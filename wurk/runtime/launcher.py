@@ -117,8 +117,7 @@ class Launcher:
 
     def _report_jobs(self) -> None:
         names = self.jobs.names()
-        # wurk's own jobs (the workflow step runner) do not count as the application's.
-        if not [name for name in names if not name.startswith("wurk.")]:
+        if not [name for name in names if not _wurks_own(self.jobs, name)]:
             # Every job it fetches would fail with UnknownJobError and retry.
             log.warning("launcher.no_jobs", identity=self.identity,
                         hint="no job class is registered: name the modules that define "
@@ -214,3 +213,9 @@ def dump_threads() -> None:
         frame = frames.get(thread.ident or -1)
         stack = "".join(traceback.format_stack(frame)) if frame else "(no frame)"
         log.warning("thread.dump", thread=thread.name, stack=stack)
+
+
+def _wurks_own(jobs: Registry, name: str) -> bool:
+    """A job wurk itself defines (``wurk.workflow.advance``): registered by ``import wurk``."""
+    entry = jobs.find(name)
+    return entry is not None and entry.origin.startswith("wurk.")
