@@ -209,6 +209,34 @@ def test_chunks_hold_whole_lines_of_at_most_pipe_buf_bytes() -> None:
     assert len(sink.writes) < len(lines) / 5  # batched, not one write per line
 
 
+class Interrupted(BaseException):
+    """Stands in for a JobTimeout landing in the thread that is flushing."""
+
+
+def test_an_exception_in_the_middle_of_a_flush_loses_no_line() -> None:
+    sink = RecordingSink(burst=0)
+    lines = [f"{i}:".encode() + b"y" * 1000 + b"\n" for i in range(12)]  # several chunks
+    for line in lines:
+        sink.write(line)
+    put = sink._put
+    calls = 0
+
+    def put_then_interrupted(data: bytes) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise Interrupted
+        put(data)
+
+    sink._put = put_then_interrupted  # type: ignore[method-assign]
+    with pytest.raises(Interrupted):
+        sink.flush()
+    assert len(sink.writes) == 1 and 0 < sink.pending() < len(lines)
+    sink._put = put  # type: ignore[method-assign]
+    sink.flush()
+    assert b"".join(sink.writes) == b"".join(lines)  # each line once, in order
+
+
 @pytest.fixture
 def our_pipeline() -> Iterator[None]:
     saved = structlog.get_config()

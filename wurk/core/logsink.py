@@ -15,8 +15,9 @@ Duties:
    Past that, a line waits at most :data:`FLUSH_INTERVAL` (a flusher thread
    writes it) and never behind more than :data:`MAX_PENDING` bytes (the
    writing thread flushes then).
-2. Lines stay whole and in order: lines are appended under one lock, and
-   written in chunks of whole lines of at most ``PIPE_BUF`` bytes (one line
+2. Lines stay whole and in order, and none is lost to an exception raised
+   in the flushing thread (a job's JobTimeout): lines are appended under
+   one lock, and written in chunks of whole lines of at most ``PIPE_BUF`` bytes (one line
    longer than that alone), under a second lock, so a pipe shared with
    other processes (a swarm's children share the parent's stderr) never
    carries half a line, as with one write per line.
@@ -87,7 +88,7 @@ class LineSink:
         if urgent:
             with self._write_lock:
                 self._write(self._take())
-                self._put(line)
+                self._write([line])
             return
         now = self._clock()
         with self._lock:
@@ -121,17 +122,32 @@ class LineSink:
         return lines
 
     def _write(self, lines: list[bytes]) -> None:
-        """Whole lines in chunks of at most CHUNK bytes; the write lock is held."""
-        chunk: list[bytes] = []
-        size = 0
-        for line in lines:
-            if chunk and size + len(line) > CHUNK:
-                self._put(b"".join(chunk))
-                chunk, size = [], 0
-            chunk.append(line)
-            size += len(line)
-        if chunk:
-            self._put(b"".join(chunk))
+        """Whole lines in chunks of at most CHUNK bytes; the write lock is held.
+
+        An exception raised in the middle (a job's JobTimeout lands in the
+        thread that is flushing) puts the lines not yet written back in
+        front of the pending ones: a chunk may then be written twice, but no
+        line is lost.
+        """
+        unwritten = 0  # index of the first line not known to be written
+        try:
+            size = 0
+            for i, line in enumerate(lines):
+                if i > unwritten and size + len(line) > CHUNK:
+                    self._put(b"".join(lines[unwritten:i]))
+                    unwritten, size = i, 0
+                size += len(line)
+            if unwritten < len(lines):
+                self._put(b"".join(lines[unwritten:]))
+            unwritten = len(lines)
+        finally:
+            if unwritten < len(lines):
+                self._give_back(lines[unwritten:])
+
+    def _give_back(self, lines: list[bytes]) -> None:
+        with self._lock:
+            self._pending[:0] = lines
+            self._size += sum(len(line) for line in lines)
 
     def _put(self, data: bytes) -> None:
         write_all(self.fd, data)
