@@ -392,3 +392,22 @@ def test_bad_class_queue_args_types(client: Client, r: redis.Redis,
         client.push(item)
     assert err.type is TypeError
     assert r.dbsize() == 0
+
+
+def test_the_default_client_follows_wurk_configure(config: Config, r: redis.Redis,
+                                                    own_redis: Any) -> None:
+    """A second ``wurk.configure`` (a framework loading its settings, a test)
+    sends later pushes to the new Redis, not through the first config's client."""
+    job = wurk.job(name="follows_configure")(lambda: None)
+    job.perform_async()
+    assert r.llen(keys.queue("default")) == 1
+    other = Config(redis_url=own_redis.url, log_level="warning")
+    wurk.configure(other)
+    try:
+        job.perform_async()
+        with own_redis.client() as elsewhere:
+            assert elsewhere.llen(keys.queue("default")) == 1
+        assert r.llen(keys.queue("default")) == 1
+    finally:
+        wurk.configure(config)
+        close_pool(other)

@@ -106,7 +106,7 @@ def test_sigkilled_process_jobs_are_recovered_and_run_elsewhere(
         rb.lpush("queue:rfk", raw)
     queued = rb.lrange("queue:rfk", 0, -1)
     worker = spawn("-q", "rfk", "-c", "2")
-    wait_for(lambda: int(r.get("rf:started") or 0) == 2 or not worker.alive(), timeout=10)
+    wait_for(lambda: int(r.get("rf:started") or 0) == 2 or not worker.alive(), timeout=30)
     assert worker.alive(), worker.stderr()
     (identity,) = [str(m) for m in r.smembers(keys.WIP_OWNERS)]
     mine = wip(identity, "rfk")
@@ -149,6 +149,7 @@ def test_sigkilled_process_jobs_are_recovered_and_run_elsewhere(
     assert r.smembers(keys.WIP_OWNERS) == set()
 
 
+@pytest.mark.timeout(180)  # up to eight worker start-ups, each seconds on a loaded machine
 def test_a_job_that_kills_its_process_dies_alone_and_its_neighbours_complete(
         r: redis.Redis, rb: redis.Redis, config: Config,
         spawn: Callable[..., Worker]) -> None:

@@ -86,8 +86,15 @@ class Client:
 
     @classmethod
     def default(cls) -> Client:
-        """This process's client on the default config (rebuilt after a fork)."""
-        if cls._default is None or cls._default_pid != os.getpid():
+        """This process's client on the default config (rebuilt after a fork, and
+        after ``wurk.configure`` installs another config)."""
+        current = cls._default
+        if (current is None or cls._default_pid != os.getpid()
+                or current.config is not default_config()):
+            if current is not None and current.buffer is not None and len(current.buffer):
+                # Pushes still waiting for Redis: kept reachable, so the exit
+                # flush sends or spools them.
+                _retired.append(current)
             cls._default = Client()
             cls._default_pid = os.getpid()
         return cls._default
@@ -205,6 +212,10 @@ class Client:
         self.pool.pipeline([("SADD", keys.QUEUES, queue), ("RPUSH", keys.queue(queue), raw)])
 
 
+_retired: list[Client] = []
+
+
 def forget_default_client() -> None:
-    """Drop the process's default client (a forked child, or a new default config)."""
+    """Drop the process's default client (a forked child)."""
     Client._default = None
+    _retired.clear()
