@@ -257,3 +257,29 @@ def test_bulk_actions_on_a_selection_and_on_all(config: Config, web: TestClient,
     web.post("/dead/all", data={"csrf": csrf(page), "action": "delete", "confirm": "all"})
     assert r.zcard("dead") == 0
     assert len(runs(r, RUBY_RUNS)) == 7  # each moved job ran exactly once
+
+
+PAGES = ["/", "/busy", "/queues", f"/queues/{HELD}", "/queues/default", "/retries",
+         "/scheduled", "/dead", "/metrics", "/metrics/RbFlakyLater", "/metrics/WelcomeJob",
+         "/batches", "/workflows", "/periodic", "/limiters", "/unique", "/swarms", "/spool",
+         "/profiles"]
+
+
+def test_every_page_opens_on_ruby_data_and_counts_as_sidekiq_does(
+        config: Config, web: TestClient, r: redis.Redis) -> None:
+    ruby_data(config, "held", HELD)
+    ruby_data(config, "scheduled")
+    ruby_data(config, "kill")
+    fail_in_ruby(config, r, "failing", 2, "retry")
+    fail_in_ruby(config, r, "dying", 1, "dead")
+    wait_for(lambda: r.get("stat:processed") == "3", what="Ruby's stats flush")
+    for path in PAGES:
+        reply = web.get(path)
+        assert reply.status_code == 200, (path, reply.text[-2000:])
+    stats = web.get("/stats.json").json()
+    ruby_stats = run_ruby(config.redis_url, "api.rb", "dump")["stats"]
+    names = {"processed": "processed", "failed": "failed", "scheduled": "scheduled_size",
+             "retries": "retry_size", "dead": "dead_size", "enqueued": "enqueued"}
+    assert {ours: stats[ours] for ours in names} == \
+        {ours: ruby_stats[theirs] for ours, theirs in names.items()}
+    assert stats["enqueued"] == 4 and stats["dead"] == 2
