@@ -26,8 +26,10 @@ from markupsafe import escape
 import test_interop_support
 from starlette.testclient import TestClient
 from test_interop_support import (
+    ARGS,
     RUBY_RUNS,
     RubySidekiq,
+    assert_exact,
     list_items,
     run_ruby,
     runs,
@@ -134,6 +136,8 @@ def test_every_page_shows_ruby_jobs_as_sidekiq_does(config: Config, web: TestCli
             assert_shown_as_ruby(entry.text, records[jid])
     retry_entry = web.get(f"/retries/{quote(key_of(web.get('/retries').text, retrying['RbFlakyLater1']), safe='')}").text
     assert "flaky failure on attempt 1" in retry_entry and "RuntimeError" in retry_entry
+    trace = retry_entry.split('<pre class="backtrace">')[1].split("</pre>")[0]
+    assert len(trace.splitlines()) == 5 and "worker.rb" in trace  # Ruby's zlib+base64 form
     assert "killed from Ruby" in web.get("/dead").text
 
 
@@ -283,3 +287,29 @@ def test_every_page_opens_on_ruby_data_and_counts_as_sidekiq_does(
     assert {ours: stats[ours] for ours in names} == \
         {ours: ruby_stats[theirs] for ours, theirs in names.items()}
     assert stats["enqueued"] == 4 and stats["dead"] == 2
+
+
+def test_ruby_number_and_text_formats_survive_every_move(config: Config, web: TestClient,
+                                                         r: redis.Redis) -> None:
+    """Ruby's big integers, floats and escapes: the member Ruby wrote is the one
+    found, moved and removed (no re-dumped look-alike), and Ruby gets the args back."""
+    odd = ruby_data(config, "odd")
+    wait_for(lambda: r.zcard("retry") == 1, what="Ruby failing the odd job")
+    scheduled = member_of(r, "schedule", odd["scheduled"])
+    assert odd["scheduled"] in web.get("/scheduled", params={"q": "日本"}).text
+    assert odd["scheduled"] in web.get("/scheduled", params={"q": "emoji 😀"}).text
+    page = web.get(f"/scheduled/{quote(key_of(web.get('/scheduled').text, odd['scheduled']), safe='')}")
+    assert page.status_code == 200 and str(escape("語")) in page.text
+    act(web, "scheduled", odd["scheduled"], "kill")
+    assert zset_members(r, "dead") == [scheduled] and r.zcard("schedule") == 0
+    act(web, "dead", odd["scheduled"], "retry")
+    assert r.zcard("dead") == 0
+    assert_exact(ran_once(r, odd["scheduled"])["args"], ARGS)
+
+    failing = member_of(r, "retry", odd["failing"])
+    act(web, "retries", odd["failing"], "kill")
+    assert zset_members(r, "dead") == [failing] and r.zcard("retry") == 0
+    act(web, "dead", odd["failing"], "add")
+    run = ran_once(r, odd["failing"], attempt=2)
+    assert_exact(run["args"], ARGS)
+    assert_exact(run["types"], test_interop_support.ruby_types(ARGS))

@@ -8,8 +8,12 @@
 #                                                mailer jobs in QUEUE (nobody works it)
 #   ruby tests/interop/webdata.rb scheduled      the same kinds, an hour from now
 #   ruby tests/interop/webdata.rb failing N      N RbFlakyLater jobs (retry entries
-#                                                once a Ruby server fails them)
+#                                                once a Ruby server fails them, with 5
+#                                                lines of backtrace, compressed)
 #   ruby tests/interop/webdata.rb dying N        N RbFlaky jobs with retry 0 (dead)
+#   ruby tests/interop/webdata.rb odd           INTEROP_ARGS (big integers, floats,
+#                                                control characters, non-ASCII): an
+#                                                RbEcho an hour from now, an RbFlakyLater now
 #   ruby tests/interop/webdata.rb kill           an ActiveJob into the morgue by
 #                                                Sidekiq::DeadSet#kill
 
@@ -84,9 +88,13 @@ out =
   case command
   when "held" then kinds(ARGV.fetch(1))
   when "scheduled" then kinds("default", Time.now.to_f + 3600)
-  when "failing" then many("RbFlakyLater", Integer(ARGV.fetch(1)))
+  when "failing" then many("RbFlakyLater", Integer(ARGV.fetch(1)), "backtrace" => 5)
   when "dying" then many("RbFlaky", Integer(ARGV.fetch(1)), "retry" => 0)
   when "kill" then kill
+  when "odd"
+    {"scheduled" => Sidekiq::Client.push("class" => "RbEcho", "args" => INTEROP_ARGS,
+                                         "at" => Time.now.to_f + 3600),
+     "failing" => Sidekiq::Client.push("class" => "RbFlakyLater", "args" => INTEROP_ARGS)}
   else abort "unknown command #{command}"
   end
 puts JSON.generate(out)
