@@ -22,8 +22,8 @@ from urllib.parse import quote
 
 import pytest
 import redis
-from markupsafe import escape
 import test_interop_support
+from markupsafe import escape
 from starlette.testclient import TestClient
 from test_interop_support import (
     ARGS,
@@ -134,7 +134,7 @@ def test_every_page_shows_ruby_jobs_as_sidekiq_does(config: Config, web: TestCli
             entry = web.get(f"/{slug}/{quote(key_of(listing, jid), safe='')}")
             assert entry.status_code == 200 and jid in entry.text
             assert_shown_as_ruby(entry.text, records[jid])
-    retry_entry = web.get(f"/retries/{quote(key_of(web.get('/retries').text, retrying['RbFlakyLater1']), safe='')}").text
+    retry_entry = open_entry(web, "retries", retrying["RbFlakyLater1"])
     assert "flaky failure on attempt 1" in retry_entry and "RuntimeError" in retry_entry
     trace = retry_entry.split('<pre class="backtrace">')[1].split("</pre>")[0]
     assert len(trace.splitlines()) == 5 and "worker.rb" in trace  # Ruby's zlib+base64 form
@@ -175,6 +175,13 @@ def test_queue_delete_one_and_clear_on_ruby_jobs(config: Config, web: TestClient
     web.post(f"/queues/{HELD}/clear", data={"csrf": csrf(page), "confirm": HELD})
     assert r.exists(f"queue:{HELD}") == 0 and not r.sismember("queues", HELD)
     assert HELD not in [q["name"] for q in run_ruby(config.redis_url, "api.rb", "dump")["queues"]]
+
+
+def open_entry(web: TestClient, slug: str, jid: str) -> str:
+    key = quote(key_of(web.get(f"/{slug}").text, jid), safe="")
+    reply = web.get(f"/{slug}/{key}")
+    assert reply.status_code == 200, reply.text[-1000:]
+    return reply.text
 
 
 def act(web: TestClient, slug: str, jid: str, verb: str) -> None:
@@ -298,8 +305,7 @@ def test_ruby_number_and_text_formats_survive_every_move(config: Config, web: Te
     scheduled = member_of(r, "schedule", odd["scheduled"])
     assert odd["scheduled"] in web.get("/scheduled", params={"q": "日本"}).text
     assert odd["scheduled"] in web.get("/scheduled", params={"q": "emoji 😀"}).text
-    page = web.get(f"/scheduled/{quote(key_of(web.get('/scheduled').text, odd['scheduled']), safe='')}")
-    assert page.status_code == 200 and str(escape("語")) in page.text
+    assert str(escape("語")) in open_entry(web, "scheduled", odd["scheduled"])
     act(web, "scheduled", odd["scheduled"], "kill")
     assert zset_members(r, "dead") == [scheduled] and r.zcard("schedule") == 0
     act(web, "dead", odd["scheduled"], "retry")
