@@ -208,6 +208,8 @@ def test_one_entry_actions_move_ruby_entries_and_ruby_runs_them(
                    **{"class": "ActiveJob::QueueAdapters::SidekiqAdapter::JobWrapper"})
     original = json.loads(before[scheduled["activejob"]])
     assert run["args"] == original["args"] and run["job"]["wrapped"] == "WelcomeJob"
+    assert run["job"]["created_at"] == original["created_at"]  # Ruby's float, read back alike
+    assert "at" not in run["job"]
     act(web, "scheduled", scheduled["mailer"], "add")
     assert ran_once(r, scheduled["mailer"])["args"][0]["arguments"][:2] == ["UserMailer", "welcome"]
     act(web, "scheduled", scheduled["plain"], "delete")
