@@ -321,3 +321,14 @@ def test_ruby_number_and_text_formats_survive_every_move(config: Config, web: Te
     run = ran_once(r, odd["failing"], attempt=2)
     assert_exact(run["args"], ARGS)
     assert_exact(run["types"], test_interop_support.ruby_types(ARGS))
+
+
+def test_busy_shows_a_running_ruby_activejob_as_its_own_class(
+        config: Config, web: TestClient, r: redis.Redis, ruby: RubySidekiq) -> None:
+    slow = ruby_data(config, "slow")["slow"]
+    wait_run(r, RUBY_RUNS, slow)
+    # Ruby writes what it runs with its next beat (a second here).
+    row = wait_for(lambda: next((line for line in web.get("/busy").text.split("<tr>")
+                                 if "slow-needle" in line), None), what="the busy row")
+    assert ruby.identity in row
+    assert "<td>SlowJob</td>" in row and "JobWrapper" not in row and "_aj_" not in row

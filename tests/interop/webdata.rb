@@ -14,6 +14,8 @@
 #   ruby tests/interop/webdata.rb odd           INTEROP_ARGS (big integers, floats,
 #                                                control characters, non-ASCII): an
 #                                                RbEcho an hour from now, an RbFlakyLater now
+#   ruby tests/interop/webdata.rb slow          an ActiveJob SlowJob that sleeps 3 s in
+#                                                the default queue
 #   ruby tests/interop/webdata.rb kill           an ActiveJob into the morgue by
 #                                                Sidekiq::DeadSet#kill
 
@@ -91,6 +93,7 @@ out =
   when "failing" then many("RbFlakyLater", Integer(ARGV.fetch(1)), "backtrace" => 5)
   when "dying" then many("RbFlaky", Integer(ARGV.fetch(1)), "retry" => 0)
   when "kill" then kill
+  when "slow" then {"slow" => rails_push("SlowJob", "default", [3, "slow-needle"])}
   when "odd"
     {"scheduled" => Sidekiq::Client.push("class" => "RbEcho", "args" => INTEROP_ARGS,
                                          "at" => Time.now.to_f + 3600),

@@ -101,6 +101,8 @@ module ActiveJob
 
         def perform(job_data)
           record([job_data])
+          # A "SlowJob" sleeps its first argument's seconds (at most 10), to be seen busy.
+          sleep([job_data["arguments"].first.to_f, 10].min) if job_data["job_class"] == "SlowJob"
         end
       end
     end
