@@ -16,6 +16,7 @@ from __future__ import annotations
 import html
 import json
 import re
+import subprocess
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
@@ -37,6 +38,7 @@ from test_interop_support import (
     zset_members,
 )
 from waiting import wait_for
+from webstack import BIN, chromium
 
 import wurk.web
 from wurk.settings.config import Config
@@ -332,3 +334,42 @@ def test_busy_shows_a_running_ruby_activejob_as_its_own_class(
                                  if "slow-needle" in line), None), what="the busy row")
     assert ruby.identity in row
     assert "<td>SlowJob</td>" in row and "JobWrapper" not in row and "_aj_" not in row
+
+
+@pytest.mark.skipif(chromium() is None, reason="chromium is not installed (apt-get install -y "
+                                               "chromium; .ci/run installs it)")
+def test_in_chromium_a_person_retries_a_ruby_failure_and_ruby_runs_it(
+        config: Config, ruby: RubySidekiq, r: redis.Redis) -> None:
+    from playwright.sync_api import sync_playwright
+
+    held = ruby_data(config, "held", HELD)
+    jid = fail_in_ruby(config, r, "failing", 1, "retry")["RbFlakyLater1"]
+    server = subprocess.Popen([str(BIN / "wurk"), "web", "--port", "0", "--redis-url",
+                               config.redis_url], stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert server.stdout is not None
+        url = re.search(r"(http://\S+?)/?\s", server.stdout.readline() + " ")
+        assert url, "wurk web did not start"
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=chromium(),
+                                                 args=["--no-sandbox"])
+            page = browser.new_page()
+            page.set_default_timeout(20_000)
+            page.goto(f"{url.group(1)}/queues/{HELD}")
+            shown = page.locator("main").inner_text()
+            assert "UserMailer#welcome" in shown and "Shown::AsThis" in shown
+            assert "WelcomeJob" in shown and held["plain"] in shown
+            page.goto(f"{url.group(1)}/retries")
+            page.locator(f'main a[href$="-{jid}"]').click()
+            assert "flaky failure on attempt 1" in page.locator("main").inner_text()
+            page.get_by_role("button", name="Retry now").click()
+            page.wait_for_url(re.compile(r"/retries\?done=retry"))
+            assert "No jobs." in page.locator("main").inner_text()
+            browser.close()
+    finally:
+        server.terminate()
+        server.wait(10)
+        server.stdout.close()  # type: ignore[union-attr]
+    assert r.zcard("retry") == 0
+    ran_once(r, jid, attempt=2)
