@@ -235,7 +235,11 @@ def test_one_entry_actions_move_ruby_entries_and_ruby_runs_them(
     act(web, "dead", dying["RbFlaky1"], "add")
     ran_once(r, dying["RbFlaky1"], attempt=2)
     killed = ruby_data(config, "kill")["killed"]
-    act(web, "dead", killed, "delete")
+    act(web, "dead", killed, "retry")  # an ActiveJob Sidekiq::DeadSet#kill put there
+    run = ran_once(r, killed, **{"class": "ActiveJob::QueueAdapters::SidekiqAdapter::JobWrapper"})
+    assert run["job"]["retry_count"] == 2 and run["args"][0]["job_class"] == "WelcomeJob"
+    doomed = ruby_data(config, "kill")["killed"]
+    act(web, "dead", doomed, "delete")
     assert r.zcard("dead") == 1  # the scheduled job killed above, only
     assert all(len([x for x in runs(r, RUBY_RUNS) if x["jid"] == jid]) == 1
                for jid in (scheduled["activejob"], retrying["RbFlakyLater1"]))
