@@ -4,6 +4,8 @@ then garbage and HTML written straight into their keys."""
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,6 +14,7 @@ import redis
 from starlette.testclient import TestClient
 from webbatches import seed_batches
 
+import wurk
 import wurk.web
 from wurk.settings.config import Config
 
@@ -136,3 +139,29 @@ def test_the_lists_page_through_the_index(config: Config, web: TestClient) -> No
     assert web.get("/batches?page=zz").status_code == 200
     assert "Page 2 of 2" in web.get("/batches?page=99").text
 
+
+
+def pending_links(text: str) -> list[str]:
+    section = text.split('id="batch-pending"')[1].split("</p>")[0]
+    return re.findall(r'href="/retries\?q=([0-9a-f]+)"', section)
+
+
+def test_one_batch_lists_its_pending_jids_each_linked_to_a_search(
+        web: TestClient, seeded: dict[str, Any], config: Config, r: redis.Redis) -> None:
+    failing = sorted(r.hkeys(f"b-{seeded['nightly']}-failinfo"))
+    text = web.get(f"/batches/{seeded['nightly']}").text
+    assert pending_links(text) == failing  # the failed jobs are what it still waits on
+    for jid in failing:
+        assert jid in web.get("/retries", params={"q": jid}).text
+    parked = [json.loads(raw)["jid"] for raw in r.lrange("queue:parked", 0, -1)]
+    assert pending_links(web.get(f"/batches/{seeded['left']}").text) == parked
+    done = web.get(f"/batches/{seeded['child']}").text
+    assert 'id="batch-pending"' not in done and "Pending jobs" in done
+
+    with wurk.Batch("a big one") as big:
+        for n in range(103):
+            big.push({"class": "FetchFeed", "queue": "parked", "args": [n]})
+    shown = pending_links(web.get(f"/batches/{big.bid}").text)
+    assert len(shown) == 100 and shown == sorted(shown)
+    assert set(shown) <= {json.loads(raw)["jid"] for raw in r.lrange("queue:parked", 0, -1)}
+    assert "Showing 100 of 103." in web.get(f"/batches/{big.bid}").text

@@ -83,3 +83,28 @@ class RbFlaky
     record(args, "attempt" => attempt)
   end
 end
+
+# RbFlaky whose retry waits an hour, so its retry entry stays put for the
+# dashboard tests (Sidekiq's own backoff would bring it back in 15-25 s).
+class RbFlakyLater < RbFlaky
+  sidekiq_retry_in { 3600 }
+end
+
+# Stands in for Rails' ActiveJob wrapper (the class a Rails app's Sidekiq
+# adapter pushes): records the serialized ActiveJob it was handed.
+module ActiveJob
+  module QueueAdapters
+    class SidekiqAdapter
+      class JobWrapper
+        include Sidekiq::Worker
+        include InteropRecording
+
+        def perform(job_data)
+          record([job_data])
+          # A "SlowJob" sleeps its first argument's seconds (at most 10), to be seen busy.
+          sleep([job_data["arguments"].first.to_f, 10].min) if job_data["job_class"] == "SlowJob"
+        end
+      end
+    end
+  end
+end

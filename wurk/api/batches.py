@@ -161,9 +161,10 @@ def _status(bid: str, replies: list[Any], now: float, abandoned_after: float) ->
         updated_at=to_float(fields.get("updated_at")),
         total=_number(fields, "total", problems), pending=pending, failures=to_int(got[2]),
         failed=_failures(got[3], problems), dead=to_int(got[4]),
-        dead_jids=sorted(text(j) for j in _page(got[5])),
+        # SSCAN's COUNT is a hint (a small set comes back whole): cut to the page.
+        dead_jids=sorted(text(j) for j in _page(got[5]))[:FAILURE_PAGE],
         pending_jids=sorted(j for j in (text(m) for m in _page(got[8]))
-                            if not j.startswith(wire.HOLD_PREFIX)),
+                            if not j.startswith(wire.HOLD_PREFIX))[:FAILURE_PAGE],
         parent_bid=fields.get("parent_bid") or None,
         children=sorted(text(k) for k in _page(got[6])),
         callbacks=_json(fields.get("callbacks"), {}, "callbacks", problems),

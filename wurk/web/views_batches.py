@@ -7,7 +7,8 @@ Duties:
    fired, created, time left, description. An index entry whose record
    expired shows "expired", one that cannot be read shows "unreadable".
 2. ``GET /batches/{bid}``: one batch: counts, failures with jids and errors,
-   dead jids, parent and children (linked), callbacks and when each fired,
+   dead jids, the first 100 pending jids (each a search of the retries, where
+   a pending job that failed waits), parent and children (linked), callbacks and when each fired,
    the problems found reading it, and a link to its workflow when it is one.
 3. ``GET /workflows?page=N``: the ``wurk:workflows`` index newest first
    (:func:`wurk.push.workflow_status.summaries`) with state, policy,
