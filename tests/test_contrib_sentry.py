@@ -260,7 +260,7 @@ def test_a_wurk_run_process_reports_a_dead_job(
             return None
         return [json.loads(line) for line in events_file.read_text().splitlines()] or None
 
-    [event] = wait_for(reported, timeout=15)
+    [event] = wait_for(reported, timeout=30)
     assert event["tags"] == {"wurk_job_class": "sentry_boom", "wurk_queue": "default",
                              "wurk_jid": jid}
     assert event["extra"]["wurk-job"]["args"] == [2]

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from typing import Any
+
+# Every wait's timeout is multiplied by this: scripts/test sets 2 when the
+# suite runs in parallel processes, which slows every process start-up.
+PATIENCE = float(os.environ.get("WURK_TEST_PATIENCE", "1"))
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, interval: float = 0.02,
@@ -18,6 +23,7 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, interval: floa
     deadline here only says "eventually"; a test that means a bound passes
     its own.
     """
+    timeout *= PATIENCE
     deadline = time.monotonic() + timeout
     while True:
         try:

@@ -95,9 +95,9 @@ class Client:
                 # Pushes still waiting for Redis: kept reachable, so the exit
                 # flush sends or spools them.
                 _retired.append(current)
-            cls._default = Client()
+            current = cls._default = Client()
             cls._default_pid = os.getpid()
-        return cls._default
+        return current
 
     # -- high level -------------------------------------------------------
     def push_job(self, name: str, args: list[Any], options: JobOptions, *,
