@@ -67,6 +67,8 @@ class Config:
     sentinel_master: str | None = DECLARED
     sentinel_password: str | None = DECLARED
     concurrency: int = DECLARED
+    executor: str = DECLARED
+    executor_threads: int | None = DECLARED
     queues: list[str] = DECLARED
     require: list[str] = DECLARED
     shutdown_timeout: float = DECLARED

@@ -71,6 +71,16 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("concurrency", "int", 10, range=Range(1, MAX_CONCURRENCY),
             flag=Flag(("-c", "--concurrency"), help="worker threads (default {default})"),
             help="worker threads in one `wurk run` process or swarm child"),
+    Setting("executor", "str", "threads", choices=("threads", "asyncio"),
+            flag=Flag(("--executor",), help="{choices} (default {default})"),
+            help='`"threads"`: one thread per concurrent job; `"asyncio"`: one event loop runs '
+                 "up to `concurrency` jobs at once, `async def` jobs as tasks and sync ones in "
+                 "a pool of `executor_threads` (see [Async jobs](../how-to/async-jobs.md"
+                 "#the-asyncio-executor))"),
+    Setting("executor_threads", "int | None", None, range=Range(1, MAX_CONCURRENCY),
+            shown_default="unset (the smaller of concurrency and 16)",
+            help='with `executor = "asyncio"`, threads that run sync jobs (and sync server '
+                 "middleware around async jobs)"),
     Setting("queues", "list[str]", ["default"], limit=f"weight 0 to {MAX_QUEUE_WEIGHT}",
             flag=Flag(("-q", "--queue"),
                       help="queue to poll, NAME or NAME:WEIGHT; repeatable, in priority order"),

@@ -1,0 +1,214 @@
+"""The asyncio executor: one event loop per process runs up to ``concurrency`` jobs at once.
+
+``executor = "asyncio"`` (``wurk run --executor asyncio``, or a topology
+slot's ``executor``) makes the launcher build an :class:`AsyncManager`
+instead of the threads :class:`~wurk.runtime.manager.Manager`; it keeps the
+Manager's fetch, in-flight table, counters and hand-back, and changes who
+runs the jobs.
+
+Duties:
+1. Feed the loop from the same fetch machinery (basic, or reliable with its
+   private list, claims, acks, suspects and poison pills): a few feeder
+   threads (:data:`FEEDERS`) each take a free place (a semaphore of
+   ``concurrency``) and then a job from ``fetch()``, and hand it to the
+   process's loop (``wurk.runtime.aio``), where it becomes a task
+   (:meth:`AsyncProcessor.process_async`) under a slot of its own in the
+   in-flight table, which the heartbeat reports. A process never holds
+   more than ``concurrency`` jobs plus the one each feeder has in hand.
+2. A fetch that raises is logged and the feeder pauses; a task that raises
+   past the processor (a bug of ours) gives its job back; a job fetched as
+   the loop went away goes back to its queue. Nothing is dropped.
+3. ``stop(deadline)``: stop fetching (``quiet``), wait for running jobs
+   until the deadline, push the unfinished back in one pipeline (their late
+   outcome is dropped), then cancel their tasks and give them a moment
+   (:data:`CANCEL_GRACE`) to unwind, so no task is left pending; a task
+   cancelled before it began hands its job back too. Then the fetch stops,
+   the feeders are joined and the thread pools wound down. Sync jobs still
+   running in the pool cannot be cancelled: their jobs were pushed back and
+   their threads are daemons.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import itertools
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from wurk.core import logging as wlog
+from wurk.core import threads
+from wurk.core.logging import get_logger
+from wurk.redis.pools import pool_for
+from wurk.runtime import aio
+from wurk.runtime.aio_processor import AsyncProcessor
+from wurk.runtime.manager import ERROR_PAUSE, Manager
+
+if TYPE_CHECKING:
+    from wurk.push.job import Registry
+    from wurk.runtime.work import UnitOfWork
+    from wurk.settings.config import Config
+    from wurk.settings.queues import QueuePlan
+
+log = get_logger("wurk.manager")
+# Feeder threads per process: each holds one fetch open; reliable fetch claims
+# for all of them in one round trip.
+FEEDERS = 8
+# How long a feeder waits for a free place before it looks at quiet again.
+FEED_WAIT = 0.5
+# How long cancelled tasks get to unwind at a stop.
+CANCEL_GRACE = 1.0
+
+
+def make_manager(config: Config, plan: QueuePlan, registry: Registry,
+                 identity: str) -> Manager:
+    """The manager ``config.executor`` names."""
+    if config.executor == "asyncio":
+        return AsyncManager(config, plan, registry, identity)
+    return Manager(config, plan, registry, identity)
+
+
+class AsyncManager(Manager):
+    def __init__(self, config: Config, plan: QueuePlan, registry: Registry,
+                 identity: str) -> None:
+        super().__init__(config, plan, registry, identity)
+        self.processor: AsyncProcessor = AsyncProcessor(
+            config, registry, self.fetch, self.counters, self.in_flight)
+        self._places = threading.BoundedSemaphore(config.concurrency)
+        self._lock = threading.Lock()
+        self._settled = threading.Condition(self._lock)
+        self._active = 0  # handed to the loop, task not yet done
+        self._tasks: set[asyncio.Task[None]] = set()  # the loop thread's alone
+        self._unstarted: list[UnitOfWork] = []  # cancelled before they began
+        self._stopping = False
+        self._numbers = itertools.count(1)
+
+    def start(self) -> None:
+        aio.loop()  # started now: the first job does not pay for it
+        self.fetch.start()
+        for index in range(min(self.config.concurrency, FEEDERS)):
+            self._threads.append(threads.start("feeder", self._feed, stopped=self._quiet.is_set,
+                                               name=f"wurk-feeder-{index}"))
+
+    def running(self) -> int:
+        """Jobs handed to the loop and not yet settled."""
+        with self._lock:
+            return self._active
+
+    # -- feeder threads ---------------------------------------------------------
+    def _feed(self) -> None:
+        while not self._quiet.is_set():
+            if not self._places.acquire(timeout=FEED_WAIT):
+                continue
+            try:
+                work = self.fetch.fetch()
+            except BaseException as exc:  # noqa: BLE001 - nothing may kill the feeder
+                self._places.release()
+                log.error("fetch.error", error=threads.describe(exc))
+                self._quiet.wait(ERROR_PAUSE)
+                continue
+            if work is None:
+                self._places.release()
+            else:
+                self._hand_over(work)  # even once quiet: basic fetch already took it
+
+    def _hand_over(self, work: UnitOfWork) -> None:
+        with self._lock:
+            self._active += 1
+        try:
+            aio.loop().call_soon_threadsafe(self._spawn, work)
+        except RuntimeError:  # the loop closed as it was handed over
+            self._ended()
+            self._give_back("", work)
+
+    # -- the loop thread ----------------------------------------------------------
+    def _spawn(self, work: UnitOfWork) -> None:
+        slot = "a" + wlog.base36(next(self._numbers))
+        task = asyncio.get_running_loop().create_task(self._one(work, slot))
+        self._tasks.add(task)
+        task.add_done_callback(functools.partial(self._done, work))
+
+    async def _one(self, work: UnitOfWork, slot: str) -> None:
+        try:
+            await self.processor.process_async(work, slot)
+        except asyncio.CancelledError:
+            # A stop pushed the job back (its outcome is dropped); anything
+            # else that cancels (the loop winding down) leaves it to give back.
+            if not self._stopping and self.in_flight.slots() & {slot}:
+                self._give_back_aside(slot, None)
+        except BaseException as exc:  # noqa: BLE001 - a bug of ours: the job goes back
+            log.error("processor.error", queue=work.queue, error=threads.describe(exc))
+            self._give_back_aside(slot, work)
+
+    def _done(self, work: UnitOfWork, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if task.cancelled():  # cancelled before its first step: never began
+            with self._lock:
+                stopping = self._stopping
+                if stopping:
+                    self._unstarted.append(work)
+            if not stopping:
+                self._give_back_aside("", work)
+        self._ended()
+
+    def _give_back_aside(self, slot: str, work: UnitOfWork | None) -> None:
+        """``Manager._give_back`` off the loop (it is a Redis round trip)."""
+        threading.Thread(target=self._give_back, args=(slot, work), daemon=True,
+                         name="wurk-give-back").start()
+
+    def _ended(self) -> None:
+        self._places.release()
+        with self._lock:
+            self._active -= 1
+            if self._active == 0:
+                self._settled.notify_all()
+
+    def _cancel_tasks(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+
+    # -- stop -------------------------------------------------------------------
+    def stop(self, deadline: float) -> int:
+        """Quiet, wait for running jobs until ``deadline`` (monotonic), hand back the rest."""
+        self.quiet()
+        self._wait_settled(deadline)
+        leftovers = self.in_flight.abandon_all()
+        requeued = self._requeue(leftovers)
+        with self._lock:
+            self._stopping = True
+        if self.running():
+            self._cancel_on_loop()
+            self._wait_settled(time.monotonic() + CANCEL_GRACE)
+        self.processor.timer.stop()
+        self.fetch.stop()
+        self._drain_fetches()
+        # A feeder's last fetch may have become a task since: it hands its job back.
+        grace = pool_for(self.config).deadline.clip(CANCEL_GRACE)
+        self._wait_settled(time.monotonic() + (CANCEL_GRACE if grace is None else grace))
+        with self._lock:
+            unstarted, self._unstarted = self._unstarted, []
+        requeued += self._give_back_unstarted(unstarted)
+        self.processor.stop_pools()
+        return requeued
+
+    def _wait_settled(self, deadline: float) -> bool:
+        with self._settled:
+            return self._settled.wait_for(lambda: self._active == 0,
+                                          timeout=max(0.0, deadline - time.monotonic()))
+
+    def _cancel_on_loop(self) -> None:
+        with contextlib.suppress(RuntimeError):  # closed: its tasks went with it
+            aio.loop().call_soon_threadsafe(self._cancel_tasks)
+
+    def _give_back_unstarted(self, works: list[UnitOfWork]) -> int:
+        if not works:
+            return 0
+        try:
+            moved = self.fetch.requeue(works)
+        except Exception as exc:  # noqa: BLE001 - reliable fetch's release gives them back
+            log.error("shutdown.requeue_failed", jobs=len(works), error=repr(exc))
+            return 0
+        log.warning("shutdown.requeued", jobs=len(works), unstarted=True)
+        return moved
