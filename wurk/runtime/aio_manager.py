@@ -13,8 +13,12 @@ Duties:
    ``concurrency``) and then a job from ``fetch()``, and hand it to the
    process's loop (``wurk.runtime.aio``), where it becomes a task
    (:meth:`AsyncProcessor.process_async`) under a slot of its own in the
-   in-flight table, which the heartbeat reports. A process never holds
-   more than ``concurrency`` jobs plus the one each feeder has in hand.
+   in-flight table, which the heartbeat reports; a job's settlement runs on
+   a bookkeeping thread, and only then is its place free. One wake-up of
+   the loop carries every job handed over meanwhile, and one hand-off to a
+   bookkeeping thread every settlement of a pass of the loop. A process
+   never holds more than ``concurrency`` jobs (each feeder takes a place
+   before it fetches).
 2. A fetch that raises is logged and the feeder pauses; a task that raises
    past the processor (a bug of ours) gives its job back; a job fetched as
    the loop went away goes back to its queue. Nothing is dropped.
@@ -43,7 +47,7 @@ from wurk.core import threads
 from wurk.core.logging import get_logger
 from wurk.redis.pools import pool_for
 from wurk.runtime import aio
-from wurk.runtime.aio_processor import AsyncProcessor
+from wurk.runtime.aio_processor import AsyncProcessor, Settle
 from wurk.runtime.manager import ERROR_PAUSE, Manager
 
 if TYPE_CHECKING:
@@ -80,7 +84,10 @@ class AsyncManager(Manager):
         self._lock = threading.Lock()
         self._settled = threading.Condition(self._lock)
         self._active = 0  # handed to the loop, task not yet done
-        self._tasks: set[asyncio.Task[None]] = set()  # the loop thread's alone
+        self._tasks: set[asyncio.Task[bool]] = set()  # the loop thread's alone
+        self._settling: list[tuple[str, UnitOfWork, Settle]] = []  # the loop thread's alone
+        self._inbox: list[UnitOfWork] = []  # fetched, for the loop; under _lock
+        self._wake_due = False  # the loop was asked to take the inbox; under _lock
         self._unstarted: list[UnitOfWork] = []  # cancelled before they began
         self._stopping = False
         self._numbers = itertools.count(1)
@@ -115,35 +122,77 @@ class AsyncManager(Manager):
                 self._hand_over(work)  # even once quiet: basic fetch already took it
 
     def _hand_over(self, work: UnitOfWork) -> None:
+        """To the loop; one wake-up of the loop carries every job handed over meanwhile."""
         with self._lock:
             self._active += 1
+            self._inbox.append(work)
+            if self._wake_due:
+                return
+            self._wake_due = True
         try:
-            aio.loop().call_soon_threadsafe(self._spawn, work)
-        except RuntimeError:  # the loop closed as it was handed over
-            self._ended()
-            self._give_back("", work)
+            aio.loop().call_soon_threadsafe(self._take_inbox)
+        except RuntimeError:  # the loop closed as they were handed over
+            for stranded in self._empty_inbox():
+                self._ended()
+                self._give_back("", stranded)
+
+    def _empty_inbox(self) -> list[UnitOfWork]:
+        with self._lock:
+            works, self._inbox = self._inbox, []
+            self._wake_due = False
+        return works
 
     # -- the loop thread ----------------------------------------------------------
+    def _take_inbox(self) -> None:
+        for work in self._empty_inbox():
+            self._spawn(work)
+
     def _spawn(self, work: UnitOfWork) -> None:
         slot = "a" + wlog.base36(next(self._numbers))
         task = asyncio.get_running_loop().create_task(self._one(work, slot))
         self._tasks.add(task)
         task.add_done_callback(functools.partial(self._done, work))
 
-    async def _one(self, work: UnitOfWork, slot: str) -> None:
+    async def _one(self, work: UnitOfWork, slot: str) -> bool:
+        """Run the job; True when its settlement was handed to a bookkeeping thread."""
         try:
-            await self.processor.process_async(work, slot)
+            settle = await self.processor.process_async(work, slot)
         except asyncio.CancelledError:
             # A stop pushed the job back (its outcome is dropped); anything
             # else that cancels (the loop winding down) leaves it to give back.
             if not self._stopping and self.in_flight.slots() & {slot}:
                 self._give_back_aside(slot, None)
+            return False
         except BaseException as exc:  # noqa: BLE001 - a bug of ours: the job goes back
             log.error("processor.error", queue=work.queue, error=threads.describe(exc))
             self._give_back_aside(slot, work)
+            return False
+        if settle is None:
+            return False
+        self._settling.append((slot, work, settle))
+        if len(self._settling) == 1:  # one hand-off per pass of the loop, for all of them
+            asyncio.get_running_loop().call_soon(self._send_settling)
+        return True
 
-    def _done(self, work: UnitOfWork, task: asyncio.Task[None]) -> None:
+    def _send_settling(self) -> None:
+        batch, self._settling = self._settling, []
+        self.processor.bookkeeping.submit(self._settle_all, batch)
+
+    def _settle_all(self, batch: list[tuple[str, UnitOfWork, Settle]]) -> None:
+        """On a bookkeeping thread: settle each job, then free its place."""
+        for slot, work, settle in batch:
+            try:
+                settle()
+            except BaseException as exc:  # noqa: BLE001 - a bug of ours: the job goes back
+                log.error("processor.error", queue=work.queue, error=threads.describe(exc))
+                self._give_back(slot, work)
+            finally:
+                self._ended()
+
+    def _done(self, work: UnitOfWork, task: asyncio.Task[bool]) -> None:
         self._tasks.discard(task)
+        if not task.cancelled() and task.result():
+            return  # its settlement frees its place
         if task.cancelled():  # cancelled before its first step: never began
             with self._lock:
                 stopping = self._stopping

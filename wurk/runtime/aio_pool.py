@@ -9,7 +9,8 @@ Duties:
    threads, in a copy of the caller's ``contextvars`` (the job's context
    travels with it), and returns an ``asyncio.Future`` resolved on the loop
    with its value or exception (``BaseException`` included: nothing a call
-   raises ends a pool thread).
+   raises ends a pool thread). :meth:`ThreadPool.submit` runs a call nobody
+   awaits (it must handle its own errors).
 2. Threads start as calls need them, up to ``size``, under
    :mod:`wurk.core.threads` (one that dies is logged and restarted).
    They are daemons: a sync job that never returns cannot hold the process
@@ -32,8 +33,9 @@ from typing import Any
 
 from wurk.core import threads
 
-_Item = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", contextvars.Context,
-              Callable[..., Any], tuple[Any, ...]]
+# (loop, future, context, fn, args); loop and future are None for a call nobody awaits.
+_Item = tuple[asyncio.AbstractEventLoop | None, "asyncio.Future[Any] | None",
+              contextvars.Context, Callable[..., Any], tuple[Any, ...]]
 
 
 class ThreadPool:
@@ -53,6 +55,11 @@ class ThreadPool:
         self._grow()
         self._work.put((loop, future, contextvars.copy_context(), fn, args))
         return future
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn(*args)`` on a pool thread, awaited by nobody: ``fn`` must not raise."""
+        self._grow()
+        self._work.put((None, None, contextvars.copy_context(), fn, args))
 
     def _grow(self) -> None:
         with self._lock:
@@ -79,6 +86,8 @@ class ThreadPool:
                 value, error = context.run(fn, *args), None
             except BaseException as exc:  # noqa: BLE001 - the awaiting coroutine gets it
                 value, error = None, exc
+            if loop is None or future is None:
+                continue
             with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits
                 loop.call_soon_threadsafe(_resolve, future, value, error)
 

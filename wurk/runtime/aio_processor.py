@@ -21,16 +21,18 @@ Duties:
    ``Processor.process``, unchanged; an async job there waits on this same
    loop (``wurk.runtime.aio``), never blocking it.
 3. Redis bookkeeping never runs on the loop: a native job's start checks
-   (expiry, a unique lock released at start) and its settlement (success:
-   the result, batch and acknowledgement; failure: error handlers, retry
-   plan, atomic settle) run on a small pool of bookkeeping threads, so a
-   Redis outage stalls only the jobs that must wait for it.
+   (expiry, a unique lock released at start) run on a small pool of
+   bookkeeping threads, and its settlement (success: the result, batch and
+   acknowledgement; failure: error handlers, retry plan, atomic settle) is
+   returned for the manager to run there, many at a time; a Redis outage
+   stalls only the jobs that must wait for it.
 4. A stop cancels the task: its outcome is dropped (the in-flight table
    shows the stop took the job), as a thread's is.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import time
 from collections.abc import Callable, Coroutine, Sequence
@@ -55,6 +57,8 @@ if TYPE_CHECKING:
     from wurk.settings.hooks import ServerMiddleware
 
 log = get_logger("wurk.processor")
+# A job's settlement, to run on a bookkeeping thread.
+Settle = Callable[[], None]
 # Bookkeeping threads: a round trip or two per job each, never a job's own code.
 BOOKKEEPING_THREADS = 8
 # Sync threads when executor_threads is unset.
@@ -78,8 +82,11 @@ class AsyncProcessor(Processor):
         self.sync_pool.stop()
         self.bookkeeping.stop()
 
-    async def process_async(self, work: UnitOfWork, slot: str) -> None:
-        """Run one job to its settlement; nothing a job or Redis does makes it raise."""
+    async def process_async(self, work: UnitOfWork, slot: str) -> Settle | None:
+        """Run one job; what is left to do off the loop (its settlement), if anything.
+
+        Nothing a job or Redis does makes it raise.
+        """
         try:
             job: dict[str, Any] | None = loads_job(work.raw)
         except PayloadError:
@@ -87,39 +94,41 @@ class AsyncProcessor(Processor):
         entry = self.registry.find(job["class"]) if job is not None else None
         if job is None or entry is None or not self._native(job, entry):
             await self.sync_pool.call(self.process, work, slot)
-            return
-        await self._native_run(job, work, slot, entry)
+            return None
+        return await self._native_run(job, work, slot, entry)
 
     def _native(self, job: dict[str, Any], entry: Registered) -> bool:
         return (entry.coroutine and "profile" not in job
                 and all_async(self.config.server_middleware))
 
     async def _native_run(self, job: dict[str, Any], work: UnitOfWork, slot: str,
-                          entry: Registered) -> None:
+                          entry: Registered) -> Settle | None:
         if not self.in_flight.begin(slot, work, job):
             # Fetched after a stop gave up waiting: straight back.
-            await self.bookkeeping.call(self._requeue_or_report, work)
-            return
+            return functools.partial(self._requeue_or_report, work)
         limits = time_limits.read(job, entry.options)
         if limits.expiry is not None and await self.bookkeeping.call(
                 self._expired, job, work, slot, limits.expiry):
-            return
+            return None
         if unique_wire.FOR in job:
             await self.bookkeeping.call(unique.started, self.config, job)
         running = batch.started(job)
         failure, value = await self._execute_native(job, work, slot, entry, limits)
         batch.stopped(running)
         if failure is None:
-            await self.bookkeeping.call(self._succeeded_with, job, work, slot, value)
-        else:
-            await self.bookkeeping.call(self._failed, job, work, slot, failure, entry)
-            self.in_flight.finish(slot)
+            return functools.partial(self._succeeded_with, job, work, slot, value)
+        return functools.partial(self._failed_and_done, job, work, slot, failure, entry)
 
     def _succeeded_with(self, job: dict[str, Any], work: UnitOfWork, slot: str,
                         value: Any) -> None:
         if results.TTL in job:  # held for this (bookkeeping) thread, as a job thread holds it
             results.capturing(lambda: value)()
         self._succeeded(job, work, slot)
+
+    def _failed_and_done(self, job: dict[str, Any], work: UnitOfWork, slot: str,
+                         failure: BaseException, entry: Registered) -> None:
+        self._failed(job, work, slot, failure, entry)
+        self.in_flight.finish(slot)
 
     async def _execute_native(self, job: dict[str, Any], work: UnitOfWork, slot: str,
                               entry: Registered, limits: time_limits.Limits,
