@@ -32,6 +32,7 @@ Duties:
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import time
@@ -43,7 +44,7 @@ from wurk.core.logging import get_logger
 from wurk.core.threads import describe
 from wurk.limiter.base import reschedulable
 from wurk.observe import metrics
-from wurk.runtime import aio_limits, batch, middleware, results, time_limits, unique
+from wurk.runtime import aio, aio_limits, batch, middleware, results, time_limits, unique
 from wurk.runtime.aio_pool import ThreadPool
 from wurk.runtime.processor import Processor
 from wurk.wire import unique as unique_wire
@@ -147,6 +148,8 @@ class AsyncProcessor(Processor):
             else:
                 value = await step
         except BaseException as exc:  # the job's failure, whatever it is
+            if isinstance(exc, asyncio.CancelledError) and self.in_flight.abandoned(slot):
+                exc = aio.HandedBack()  # a stop's cancel: said as the threads executor says it
             elapsed = time.perf_counter() - started
             self._measured(job, work.queue, elapsed, exc)
             if reschedulable(exc, job):
