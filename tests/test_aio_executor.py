@@ -288,3 +288,26 @@ def test_garbage_and_unknown_classes_settle_as_in_the_threads_executor(
     wait_for(lambda: r.zcard("dead") == 1 and r.zcard("retry") == 1, timeout=10)
     assert r.zrange("dead", 0, -1) == ["{not json"]
     assert json.loads(r.zrange("retry", 0, -1)[0])["error_class"] == "UnknownJobError"
+
+
+def test_a_coroutine_stuck_in_sync_code_is_settled_at_its_hard_limit(
+        aio_config: Config, launch_with: Launch, define: Define, r: redis.Redis) -> None:
+    release = threading.Event()
+
+    async def wedged() -> None:
+        r.rpush("hard:started", "1")
+        release.wait(20)  # sync code: the loop itself is held, no await to cancel at
+
+    jid = define(wedged, hard_timeout=0.5).perform_async()
+    launcher = launch_with(aio_config, on_stop_request=lambda: None)
+    try:
+        # Settled as a JobTimeout by the watch thread while the loop is still held.
+        wait_for(lambda: r.zcard("retry") == 1, timeout=15)
+        failed = json.loads(r.zrange("retry", 0, -1)[0])
+        assert (failed["jid"], failed["error_class"]) == (jid, "JobTimeout")
+        assert launcher.overran.is_set()  # and the process asked to recycle
+        assert not release.is_set()
+    finally:
+        release.set()
+    wait_for(lambda: launcher.manager.in_flight.busy() == 0)
+    assert r.zcard("retry") == 1 and r.llen("queue:default") == 0  # settled once

@@ -9,21 +9,31 @@ Duties:
    fails with :class:`~wurk.runtime.time_limits.JobTimeout`, retried as
    usual; once a limit fired, the run fails with it even if the job swallowed
    the cancellation and returned (as in the threads executor).
-2. Hard limit (``hard_timeout``): the job timer's own hard-limit step runs
-   (``JobTimer._overran``: it takes the job from the in-flight table, settles
-   it as a JobTimeout failure through the atomic settle, and asks the process
-   to recycle), and the task is cancelled. A swarm parent is told the hard
-   deadline at start and the end of the run, as for a thread (it KILLs a child
-   too wedged to get there itself).
-3. The loop's timer handles go when the run ends, however it ends.
+2. Hard limit (``hard_timeout``): a thread of its own (:class:`HardWatch`,
+   not the loop, which a coroutine stuck in sync code holds) runs the job
+   timer's own hard-limit step at the deadline (``JobTimer._overran``: it
+   takes the job from the in-flight table, settles it as a JobTimeout
+   failure through the atomic settle, and asks the process to recycle), and
+   has the task cancelled. A swarm parent is told the hard deadline at start
+   and the end of the run, as for a thread (it KILLs a child too wedged to
+   get there itself).
+3. The end of a run and a firing limit are decided under one lock: a run
+   that ended is never settled as overrun, and the outcome of one that
+   overran is dropped. The loop's soft-limit handle goes when the run ends.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import heapq
+import itertools
+import threading
+import time
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
+from wurk.core import threads
 from wurk.core.logging import get_logger
 from wurk.runtime.job_timer import JobTimer, Run
 from wurk.runtime.time_limits import JobTimeout, Limits
@@ -42,7 +52,7 @@ def make_run(slot: str, work: UnitOfWork, jid: str | None, options: JobOptions |
     return Run(0, slot, work, jid, options, limits)
 
 
-async def bounded(timer: JobTimer, run: Run, step: Awaitable[Any]) -> Any:
+async def bounded(watch: HardWatch, run: Run, step: Awaitable[Any]) -> Any:
     """Await ``step`` (the job's chain, in this task) under ``run.limits``."""
     limits = run.limits
     task = asyncio.current_task()
@@ -50,12 +60,10 @@ async def bounded(timer: JobTimer, run: Run, step: Awaitable[Any]) -> Any:
         raise RuntimeError("a job's time limits need the job's own task")
     loop = asyncio.get_running_loop()
     fired: list[JobTimeout] = []
-    handles = []
-    if limits.timeout is not None:
-        handles.append(loop.call_later(limits.timeout, _soft, task, run, fired))
+    soft = (None if limits.timeout is None
+            else loop.call_later(limits.timeout, _soft, task, run, fired))
     if limits.hard_timeout is not None:
-        handles.append(loop.call_later(limits.hard_timeout, _hard, timer, task, run, fired))
-        timer._note_start(run)  # the timer's own note, for a task
+        watch.arm(run, task, loop, fired)
     try:
         value = await step
     except asyncio.CancelledError:
@@ -64,11 +72,11 @@ async def bounded(timer: JobTimer, run: Run, step: Awaitable[Any]) -> Any:
         task.uncancel()
         raise fired[0] from None
     finally:
+        if limits.hard_timeout is not None:
+            watch.end(run)
         run.done = True
-        for handle in handles:
-            handle.cancel()
-        if run.reported:
-            timer._note(b"-" + dumps([run.jid]).encode() + b"\n")
+        if soft is not None:
+            soft.cancel()
     if fired:
         task.uncancel()
         raise fired[0]
@@ -85,14 +93,88 @@ def _soft(task: asyncio.Task[Any], run: Run, fired: list[JobTimeout]) -> None:
     task.cancel()
 
 
-def _hard(timer: JobTimer, task: asyncio.Task[Any], run: Run, fired: list[JobTimeout]) -> None:
-    if task.done() or run.done:
-        return
-    seconds = run.limits.hard_timeout or 0.0
-    if not fired:
-        fired.append(JobTimeout(f"job ran past its hard_timeout of {seconds:g}s",
-                                seconds=seconds, hard=True))
-    # Settles it from a thread of its own and recycles the process; the task's
-    # own outcome is dropped (the in-flight table no longer holds it for us).
-    timer._overran(run)  # the timer's hard-limit step, for a task
-    task.cancel()
+_Armed = tuple[float, int, Run, "asyncio.Task[Any]", asyncio.AbstractEventLoop, list[JobTimeout]]
+
+
+class HardWatch:
+    """Hard limits of a process's tasks, kept by a thread of their own (started with
+    the first hard-limited job), so a coroutine stuck in sync code, which holds
+    the loop, is still settled on time and the process still recycles."""
+
+    def __init__(self, timer: JobTimer) -> None:
+        self.timer = timer
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._heap: list[_Armed] = []
+        self._seq = itertools.count()
+        self._active = 0
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+
+    def arm(self, run: Run, task: asyncio.Task[Any], loop: asyncio.AbstractEventLoop,
+            fired: list[JobTimeout]) -> None:
+        when = run.started + (run.limits.hard_timeout or 0.0)
+        with self._cond:
+            # Ended runs stay until their deadline: rebuilt once they outnumber live ones.
+            if len(self._heap) > 64 and len(self._heap) > 8 * self._active:
+                self._heap = [e for e in self._heap if not e[2].done]
+                heapq.heapify(self._heap)
+            heapq.heappush(self._heap, (when, next(self._seq), run, task, loop, fired))
+            self._active += 1
+            self._cond.notify()
+            if self._thread is None:
+                self._thread = threads.start("aio-hard-limits", self._loop,
+                                             stopped=lambda: self._stopped,
+                                             name="wurk-aio-hard-limits")
+        self.timer._note_start(run)  # the timer's own note to a swarm parent, for a task
+
+    def end(self, run: Run) -> None:
+        """The run is over: from now on its hard limit cannot fire."""
+        with self._lock:
+            if run.done:
+                return
+            run.done = True
+            self._active -= 1
+        if run.reported:
+            self.timer._note(b"-" + dumps([run.jid]).encode() + b"\n")
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify()
+
+    def _loop(self) -> None:
+        while not self._stopped:
+            due = self._next_due()
+            if due is not None:
+                self._overran(*due)
+
+    def _next_due(self) -> tuple[Run, asyncio.Task[Any], asyncio.AbstractEventLoop] | None:
+        with self._cond:
+            if not self._heap:
+                self._cond.wait(1.0)
+                return None
+            when, _, run, task, loop, fired = self._heap[0]
+            wait = when - time.monotonic()
+            if wait > 0:
+                self._cond.wait(wait)
+                return None
+            heapq.heappop(self._heap)
+            if run.done:
+                return None
+            run.done = run.fired = True  # the task's own end now changes nothing
+            self._active -= 1
+            seconds = run.limits.hard_timeout or 0.0
+            fired.append(JobTimeout(f"job ran past its hard_timeout of {seconds:g}s",
+                                    seconds=seconds, hard=True))
+            return run, task, loop
+
+    def _overran(self, run: Run, task: asyncio.Task[Any],
+                 loop: asyncio.AbstractEventLoop) -> None:
+        # The timer's hard-limit step: takes the job from the in-flight table,
+        # settles it as a JobTimeout on a thread of its own and recycles the process.
+        self.timer._overran(run)
+        with contextlib.suppress(RuntimeError):  # the loop closed: the task went with it
+            loop.call_soon_threadsafe(task.cancel)
+        if run.reported:
+            self.timer._note(b"-" + dumps([run.jid]).encode() + b"\n")

@@ -78,8 +78,10 @@ class AsyncProcessor(Processor):
         self.sync_pool = ThreadPool(sync_threads(config), "sync")
         self.bookkeeping = ThreadPool(min(config.concurrency, BOOKKEEPING_THREADS), "bookkeeping")
         self._observed = metrics.for_config(config)
+        self.hard_limits = aio_limits.HardWatch(self.timer)
 
     def stop_pools(self) -> None:
+        self.hard_limits.stop()
         self.sync_pool.stop()
         self.bookkeeping.stop()
 
@@ -144,7 +146,7 @@ class AsyncProcessor(Processor):
             step = run_chain(self.config.server_middleware, job, work.queue, entry)
             if limits.bounded:
                 run = aio_limits.make_run(slot, work, jid, entry.options, limits)
-                value = await aio_limits.bounded(self.timer, run, step)
+                value = await aio_limits.bounded(self.hard_limits, run, step)
             else:
                 value = await step
         except BaseException as exc:  # the job's failure, whatever it is
