@@ -70,7 +70,8 @@ SETTINGS: tuple[Setting, ...] = (
             help="password for the sentinels themselves"),
     Setting("concurrency", "int", 10, range=Range(1, MAX_CONCURRENCY),
             flag=Flag(("-c", "--concurrency"), help="worker threads (default {default})"),
-            help="worker threads in one `wurk run` process or swarm child"),
+            help="jobs at once in one `wurk run` process or swarm child (a thread each with "
+                 "the threads executor)"),
     Setting("executor", "str", "threads", choices=("threads", "asyncio"),
             flag=Flag(("--executor",), help="{choices} (default {default})"),
             help='`"threads"`: one thread per concurrent job; `"asyncio"`: one event loop runs '
