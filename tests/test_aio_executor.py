@@ -311,3 +311,29 @@ def test_a_coroutine_stuck_in_sync_code_is_settled_at_its_hard_limit(
         release.set()
     wait_for(lambda: launcher.manager.in_flight.busy() == 0)
     assert r.zcard("retry") == 1 and r.llen("queue:default") == 0  # settled once
+
+
+def test_a_stop_gives_back_sync_jobs_waiting_for_a_pool_thread(
+        config: Config, launch_with: Launch, define: Define, r: redis.Redis) -> None:
+    # Basic fetch: nothing but the stop itself can give these jobs back.
+    cfg = asyncio_config(config, executor="asyncio", concurrency=20, executor_threads=2,
+                         reliable_fetch=False)
+    release = threading.Event()
+
+    def blocked(tag: str) -> None:
+        r.rpush("pool:started", tag)
+        release.wait(20)
+
+    job = define(blocked)
+    jids = {job.perform_async(f"b{i}") for i in range(12)}
+    launcher = launch_with(cfg)
+    try:
+        # Two run, ten wait for a thread while holding their places.
+        wait_for(lambda: r.llen("pool:started") == 2 and launcher.manager.running() == 12)
+        # At least 12: a feeder's fetch still open may take one given back, and give it again.
+        assert launcher.stop(time.monotonic() + 0.3) >= 12
+    finally:
+        release.set()
+    back = {json.loads(raw)["jid"] for raw in r.lrange("queue:default", 0, -1)}
+    assert back == jids
+    assert r.llen("pool:started") == 2  # the ten never started

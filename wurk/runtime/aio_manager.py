@@ -22,7 +22,8 @@ Duties:
 2. A fetch that raises is logged and the feeder pauses; a task that raises
    past the processor (a bug of ours) gives its job back; a job fetched as
    the loop went away goes back to its queue. Nothing is dropped.
-3. ``stop(deadline)``: stop fetching (``quiet``), wait for running jobs
+3. ``stop(deadline)``: stop fetching (``quiet``), give back at once the
+   sync jobs still waiting for a pool thread, wait for running jobs
    until the deadline, push the unfinished back in one pipeline (their late
    outcome is dropped), then cancel their tasks and give them a moment
    (:data:`CANCEL_GRACE`) to unwind, so no task is left pending; a task
@@ -222,9 +223,11 @@ class AsyncManager(Manager):
     def stop(self, deadline: float) -> int:
         """Quiet, wait for running jobs until ``deadline`` (monotonic), hand back the rest."""
         self.quiet()
+        # Sync jobs still waiting for a pool thread go straight back, unstarted.
+        requeued = self._give_back_unstarted(self.processor.take_unstarted())
         self._wait_settled(deadline)
         leftovers = self.in_flight.abandon_all()
-        requeued = self._requeue(leftovers)
+        requeued += self._requeue(leftovers)
         with self._lock:
             self._stopping = True
         if self.running():
@@ -238,7 +241,8 @@ class AsyncManager(Manager):
         self._wait_settled(time.monotonic() + (CANCEL_GRACE if grace is None else grace))
         with self._lock:
             unstarted, self._unstarted = self._unstarted, []
-        requeued += self._give_back_unstarted(unstarted)
+        # A feeder's last fetch may wait for a sync thread still: back too, unstarted.
+        requeued += self._give_back_unstarted(unstarted + self.processor.take_unstarted())
         self.processor.stop_pools()
         return requeued
 

@@ -18,7 +18,8 @@ Duties:
    ``concurrent.futures``, whose threads are joined at exit.
 3. A call whose awaiter was cancelled still runs to its end (a thread cannot
    be interrupted); its outcome is dropped. A loop closed meanwhile drops it too.
-4. :meth:`ThreadPool.stop` lets idle threads end; busy ones end after their call.
+4. :meth:`ThreadPool.take_queued` takes back the calls no thread started;
+   :meth:`ThreadPool.stop` lets idle threads end, busy ones after their call.
 """
 
 from __future__ import annotations
@@ -90,6 +91,28 @@ class ThreadPool:
                 continue
             with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits
                 loop.call_soon_threadsafe(_resolve, future, value, error)
+
+    def take_queued(self) -> list[tuple[Callable[..., Any], tuple[Any, ...]]]:
+        """Calls no thread has started yet, taken out of the queue (their awaiters
+        are cancelled): a stop hands their jobs back rather than start them."""
+        taken: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []
+        sentinels = 0
+        while True:
+            try:
+                item = self._work.get_nowait()
+            except queue.Empty:
+                break
+            if item is None:
+                sentinels += 1
+                continue
+            loop, future, _context, fn, args = item
+            taken.append((fn, args))
+            if loop is not None and future is not None:
+                with contextlib.suppress(RuntimeError):
+                    loop.call_soon_threadsafe(future.cancel)
+        for _ in range(sentinels):
+            self._work.put(None)
+        return taken
 
     def busy(self) -> int:
         """Threads running a call now."""

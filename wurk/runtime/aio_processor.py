@@ -85,6 +85,10 @@ class AsyncProcessor(Processor):
         self.sync_pool.stop()
         self.bookkeeping.stop()
 
+    def take_unstarted(self) -> list[UnitOfWork]:
+        """Jobs queued for a sync thread that none has started (a stop gives them back)."""
+        return [args[0] for fn, args in self.sync_pool.take_queued() if fn == self.process]
+
     async def process_async(self, work: UnitOfWork, slot: str) -> Settle | None:
         """Run one job; what is left to do off the loop (its settlement), if anything.
 
