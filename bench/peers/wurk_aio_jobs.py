@@ -2,10 +2,13 @@
 
 The same job as ``bench.peers.wurk_jobs``, as an ``async def perform``: the
 io shape awaits ``asyncio.sleep`` (a blocking sleep would stall the loop),
-the cpu shape runs the common loop inside the event loop (as arq's does),
-and the RPUSH/INCR go through a plain ``redis.asyncio`` client, one per
-process (wurk's own pool is sync), of at most :data:`CONNECTIONS`
-connections. Enqueue is as for ``wurk_jobs``.
+the cpu shape runs the common loop inside the event loop (as arq's does).
+The RPUSH/INCR go through plain redis-py, as every Python system's job
+does (``bench.peers.common.client``: one sync round trip on the loop), or,
+with ``BENCH_AIO_REDIS=asyncio`` in the workers' environment, through a
+``redis.asyncio`` client per process of at most :data:`CONNECTIONS`
+connections (what an asyncio codebase would use; it costs far more CPU per
+call on this machine). Enqueue is as for ``wurk_jobs``.
 """
 
 from __future__ import annotations
@@ -17,10 +20,20 @@ import time
 import redis.asyncio as aredis
 
 import wurk
-from bench.peers.common import DONE_KEY, IO_SECONDS, LAT_KEY, cpu_loop, paced, redis_url
+from bench.peers.common import (
+    DONE_KEY,
+    IO_SECONDS,
+    LAT_KEY,
+    client,
+    cpu_loop,
+    paced,
+    redis_url,
+)
 
 BULK = 1000
 CONNECTIONS = 32
+# Read per job: a swarm parent imports this module before the slot's env is set.
+ENV_SWITCH = "BENCH_AIO_REDIS"
 _clients: dict[int, aredis.Redis] = {}
 
 
@@ -38,14 +51,29 @@ def _redis() -> aredis.Redis:
 
 class AioBenchJob(wurk.Job, name="AioBenchJob"):
     async def perform(self, shape: str, ts: float) -> None:
-        r = _redis()
+        if os.environ.get(ENV_SWITCH) == "asyncio":
+            await _async_job(shape, ts)
+            return
+        r = client()
         if ts:
-            await r.rpush(LAT_KEY, time.time() - ts)
-        if shape == "cpu":
-            cpu_loop()
-        elif shape == "io":
-            await asyncio.sleep(IO_SECONDS)
-        await r.incr(DONE_KEY)
+            r.rpush(LAT_KEY, time.time() - ts)
+        await _work(shape)
+        r.incr(DONE_KEY)
+
+
+async def _async_job(shape: str, ts: float) -> None:
+    r = _redis()
+    if ts:
+        await r.rpush(LAT_KEY, time.time() - ts)
+    await _work(shape)
+    await r.incr(DONE_KEY)
+
+
+async def _work(shape: str) -> None:
+    if shape == "cpu":
+        cpu_loop()
+    elif shape == "io":
+        await asyncio.sleep(IO_SECONDS)
 
 
 def _client() -> wurk.Client:
