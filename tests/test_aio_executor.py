@@ -337,3 +337,31 @@ def test_a_stop_gives_back_sync_jobs_waiting_for_a_pool_thread(
     back = {json.loads(raw)["jid"] for raw in r.lrange("queue:default", 0, -1)}
     assert back == jids
     assert r.llen("pool:started") == 2  # the ten never started
+
+
+def test_nothing_a_coroutine_raises_or_does_to_the_loop_stops_the_executor(
+        aio_config: Config, launch_with: Launch, define: Define, r: redis.Redis) -> None:
+    async def leave() -> None:
+        raise SystemExit(3)
+
+    async def interrupt() -> None:
+        raise KeyboardInterrupt
+
+    async def stopper() -> None:
+        asyncio.get_running_loop().stop()
+        await asyncio.sleep(0.5)  # the loop stops under it: cancelled, retried
+
+    async def after(tag: str) -> None:
+        await asyncio.sleep(0)
+        r.rpush("loop:after", tag)
+
+    for fn in (leave, interrupt, stopper):
+        define(fn, retry=1).perform_async()
+    launch_with(aio_config)
+    wait_for(lambda: r.zcard("retry") == 3, timeout=15)
+    classes = sorted(json.loads(raw)["error_class"] for raw in r.zrange("retry", 0, -1))
+    assert classes == ["CancelledError", "KeyboardInterrupt", "SystemExit"]
+    job = define(after)
+    for i in range(20):
+        job.perform_async(f"t{i}")
+    wait_for(lambda: r.llen("loop:after") == 20, timeout=15)

@@ -145,6 +145,8 @@ class AsyncManager(Manager):
 
     # -- the loop thread ----------------------------------------------------------
     def _take_inbox(self) -> None:
+        if self._settling:  # left by a loop that stopped before it could send them
+            self._send_settling()
         for work in self._empty_inbox():
             self._spawn(work)
 
