@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import redis
+from faultproxy import FaultProxy
 from waiting import wait_for
 
 import wurk
@@ -365,3 +366,32 @@ def test_nothing_a_coroutine_raises_or_does_to_the_loop_stops_the_executor(
     for i in range(20):
         job.perform_async(f"t{i}")
     wait_for(lambda: r.llen("loop:after") == 20, timeout=15)
+
+
+def test_a_redis_outage_loses_no_running_coroutine(
+        config: Config, launch_with: Launch, define: Define, r: redis.Redis,
+        proxy: FaultProxy) -> None:
+    # The worker talks to Redis through the proxy; the jobs record on the test's own line.
+    cfg = asyncio_config(config, executor="asyncio", concurrency=100, redis_url=proxy.url)
+
+    async def steady(tag: str) -> None:
+        await asyncio.sleep(0.3)
+        r.sadd("out:done", tag)
+
+    job = define(steady)
+    tags = {f"o{i}" for i in range(200)}
+    for tag in sorted(tags):
+        job.perform_async(tag)
+    launcher = launch_with(cfg)
+    wait_for(lambda: r.scard("out:done") >= 30, timeout=20)
+    proxy.refuse()
+    proxy.half_close()  # every open connection ends; no new one until heal
+    time.sleep(1.5)  # the running coroutines end meanwhile; their acks must wait
+    proxy.heal()
+    wait_for(lambda: r.smembers("out:done") == tags, timeout=40)
+    wait_for(lambda: launcher.manager.in_flight.busy() == 0 and r.llen("queue:default") == 0,
+             timeout=20)
+    # Every one acknowledged once Redis was back: the private list is empty.
+    wait_for(lambda: not [k for k in r.keys("wurk:wip:*") if r.type(k) == "list" and r.llen(k)],
+             timeout=20)
+    assert r.zcard("dead") == 0
