@@ -50,6 +50,7 @@ from wurk.redis.pools import pool_for
 from wurk.runtime import aio
 from wurk.runtime.aio_processor import AsyncProcessor, Settle
 from wurk.runtime.manager import ERROR_PAUSE, Manager
+from wurk.settings.config import ASYNCIO_FEEDERS
 
 if TYPE_CHECKING:
     from wurk.push.job import Registry
@@ -58,9 +59,10 @@ if TYPE_CHECKING:
     from wurk.settings.queues import QueuePlan
 
 log = get_logger("wurk.manager")
-# Feeder threads per process: each holds one fetch open; reliable fetch claims
-# for all of them in one round trip.
-FEEDERS = 8
+# Feeder threads per process (at most): each holds one fetch open, and reliable
+# fetch claims for all of those waiting in one round trip, so more of them make
+# fewer, larger claims (measured: 64 cost 40% less CPU a job than 8).
+FEEDERS = ASYNCIO_FEEDERS
 # How long a feeder waits for a free place before it looks at quiet again.
 FEED_WAIT = 0.5
 # How long cancelled tasks get to unwind at a stop.

@@ -47,6 +47,7 @@ from wurk.observe import metrics
 from wurk.runtime import aio, aio_limits, batch, middleware, results, time_limits, unique
 from wurk.runtime.aio_pool import ThreadPool
 from wurk.runtime.processor import Processor
+from wurk.settings import config as config_module
 from wurk.wire import unique as unique_wire
 from wurk.wire.payload import PayloadError, loads_job
 
@@ -60,15 +61,11 @@ if TYPE_CHECKING:
 log = get_logger("wurk.processor")
 # A job's settlement, to run on a bookkeeping thread.
 Settle = Callable[[], None]
-# Bookkeeping threads: a round trip or two per job each, never a job's own code.
-BOOKKEEPING_THREADS = 8
-# Sync threads when executor_threads is unset.
-DEFAULT_SYNC_THREADS = 16
 
 
 def sync_threads(config: Config) -> int:
     """The size of the pool that runs sync jobs: ``executor_threads``, or derived."""
-    return config.executor_threads or min(config.concurrency, DEFAULT_SYNC_THREADS)
+    return config_module.sync_threads(config.concurrency, config.executor_threads)
 
 
 class AsyncProcessor(Processor):
@@ -76,7 +73,9 @@ class AsyncProcessor(Processor):
                  counters: Counters, in_flight: InFlightTable) -> None:
         super().__init__(config, registry, fetch, counters, in_flight)
         self.sync_pool = ThreadPool(sync_threads(config), "sync")
-        self.bookkeeping = ThreadPool(min(config.concurrency, BOOKKEEPING_THREADS), "bookkeeping")
+        # Bookkeeping threads: a round trip or two per job each, never a job's own code.
+        self.bookkeeping = ThreadPool(min(config.concurrency, config_module.ASYNCIO_BOOKKEEPING),
+                                      "bookkeeping")
         self._observed = metrics.for_config(config)
         self.hard_limits = aio_limits.HardWatch(self.timer)
 

@@ -163,7 +163,7 @@ SETTINGS: tuple[Setting, ...] = (
                  f"to the dead set as a poison pill (see [Reliable fetch]({_RELIABLE}"
                  "#reliable-fetch))"),
     Setting("redis_pool_size", "int | None", None, range=Range(1, MAX_POOL_SIZE),
-            shown_default="unset (concurrency + 5)",
+            shown_default="unset (concurrency + 5; with the asyncio executor, its threads + 5)",
             help="Redis connections per process"),
     Setting("redis_connect_timeout", "float", 1.0, range=Range(MIN_INTERVAL, MAX_REDIS_TIMEOUT),
             help="seconds to connect to Redis, TLS handshake included"),
