@@ -91,6 +91,7 @@ class AsyncManager(Manager):
         self._settling: list[tuple[str, UnitOfWork, Settle]] = []  # the loop thread's alone
         self._inbox: list[UnitOfWork] = []  # fetched, for the loop; under _lock
         self._wake_due = False  # the loop was asked to take the inbox; under _lock
+        self._wake_loop: asyncio.AbstractEventLoop | None = None  # the loop asked
         self._unstarted: list[UnitOfWork] = []  # cancelled before they began
         self._stopping = False
         self._numbers = itertools.count(1)
@@ -126,14 +127,16 @@ class AsyncManager(Manager):
 
     def _hand_over(self, work: UnitOfWork) -> None:
         """To the loop; one wake-up of the loop carries every job handed over meanwhile."""
+        loop = aio.loop()
         with self._lock:
             self._active += 1
             self._inbox.append(work)
-            if self._wake_due:
+            # A loop a job stopped may never run the wake-up it was sent: ask the new one.
+            if self._wake_due and self._wake_loop is loop:
                 return
-            self._wake_due = True
+            self._wake_due, self._wake_loop = True, loop
         try:
-            aio.loop().call_soon_threadsafe(self._take_inbox)
+            loop.call_soon_threadsafe(self._take_inbox)
         except RuntimeError:  # the loop closed as they were handed over
             for stranded in self._empty_inbox():
                 self._ended()
