@@ -23,6 +23,7 @@ from waiting import wait_for
 
 import wurk
 from wurk.push.job import JobFunction
+from wurk.runtime import aio
 from wurk.runtime.aio_manager import AsyncManager
 from wurk.runtime.aio_processor import sync_threads
 from wurk.runtime.launcher import Launcher
@@ -95,10 +96,8 @@ def test_five_hundred_coroutines_run_at_once_and_never_more(
     async def crowd(tag: str) -> None:
         tally.enter(tag)
         try:
-            # All 500 must be running together for any of them to end.
-            while tally.peak < 500 and not gate.is_set():
-                await asyncio.sleep(0.01)
-            gate.set()
+            # None ends before the test saw 500 running at once (no polling: one event).
+            await asyncio.wait_for(gate.wait(), 30)
             await asyncio.sleep(0.01)
         finally:
             tally.leave()
@@ -107,9 +106,10 @@ def test_five_hundred_coroutines_run_at_once_and_never_more(
     for i in range(800):
         job.perform_async(f"c{i}")
     launcher = launch_with(cfg)
-    identity = launcher.identity
+    wait_for(lambda: tally.now == 500, timeout=30)
     # The heartbeat reports them in flight, one work-hash field each.
-    wait_for(lambda: r.hlen(f"{identity}:work") >= 400, timeout=30)
+    wait_for(lambda: r.hlen(f"{launcher.identity}:work") == 500, timeout=10)
+    aio.loop().call_soon_threadsafe(gate.set)
     wait_for(lambda: tally.done == 800, timeout=40)
     assert tally.peak == 500
     assert tally.threads == {"wurk-asyncio"}
@@ -306,7 +306,7 @@ def test_a_coroutine_stuck_in_sync_code_is_settled_at_its_hard_limit(
         wait_for(lambda: r.zcard("retry") == 1, timeout=15)
         failed = json.loads(r.zrange("retry", 0, -1)[0])
         assert (failed["jid"], failed["error_class"]) == (jid, "JobTimeout")
-        assert launcher.overran.is_set()  # and the process asked to recycle
+        wait_for(launcher.overran.is_set)  # and the process asked to recycle
         assert not release.is_set()
     finally:
         release.set()

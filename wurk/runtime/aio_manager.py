@@ -122,6 +122,9 @@ class AsyncManager(Manager):
                 continue
             if work is None:
                 self._places.release()
+            elif self._stopping:  # taken by a fetch still open as the stop went by
+                self._places.release()
+                self._give_back("", work)
             else:
                 self._hand_over(work)  # even once quiet: basic fetch already took it
 
@@ -233,25 +236,30 @@ class AsyncManager(Manager):
         # Sync jobs still waiting for a pool thread go straight back, unstarted.
         requeued = self._give_back_unstarted(self.processor.take_unstarted())
         self._wait_settled(deadline)
+        with self._lock:
+            # From now on a feeder gives back itself what its last fetch returns.
+            self._stopping = True
         leftovers = self.in_flight.abandon_all()
         requeued += self._requeue(leftovers)
-        with self._lock:
-            self._stopping = True
+        requeued += self._give_back_unstarted(self.processor.take_unstarted())
         if self.running():
             self._cancel_on_loop()
-            self._wait_settled(time.monotonic() + CANCEL_GRACE)
+            self._wait_settled(time.monotonic() + self._grace())
         self.processor.timer.stop()
         self.fetch.stop()
         self._drain_fetches()
-        # A feeder's last fetch may have become a task since: it hands its job back.
-        grace = pool_for(self.config).deadline.clip(CANCEL_GRACE)
-        self._wait_settled(time.monotonic() + (CANCEL_GRACE if grace is None else grace))
+        self._wait_settled(time.monotonic() + self._grace())
         with self._lock:
             unstarted, self._unstarted = self._unstarted, []
-        # A feeder's last fetch may wait for a sync thread still: back too, unstarted.
         requeued += self._give_back_unstarted(unstarted + self.processor.take_unstarted())
         self.processor.stop_pools()
         return requeued
+
+    def _grace(self) -> float:
+        """A wait for cancelled tasks: at most half of what is left of the drain's
+        deadline for Redis, so the give-backs after it still get through."""
+        left = pool_for(self.config).deadline.clip(CANCEL_GRACE)
+        return CANCEL_GRACE if left is None else left / 2
 
     def _wait_settled(self, deadline: float) -> bool:
         with self._settled:
