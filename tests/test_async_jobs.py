@@ -164,6 +164,25 @@ def test_an_async_jobs_return_value_is_its_stored_result(
     assert wurk_result(str(jid), 10, config=config) == {"sum": 5}
 
 
+def test_an_async_job_enqueues_with_the_awaitable_verbs_on_the_process_loop(
+        config: Config, r: redis.Redis, define: Define,
+        launch: Callable[..., Launcher]) -> None:
+    seen: list[str] = []
+
+    async def follow_up(tag: str) -> None:
+        seen.append(tag)
+
+    follow = define(follow_up)
+
+    async def first() -> None:
+        await follow.aperform_async("pushed-from-a-coroutine")
+
+    define(first).perform_async()
+    launch()
+    wait_for(lambda: seen == ["pushed-from-a-coroutine"], timeout=10)
+    assert r.zcard("retry") == 0
+
+
 def test_a_failing_async_job_retries_and_then_dies(
         config: Config, r: redis.Redis, define: Define,
         launch: Callable[..., Launcher]) -> None:
