@@ -72,6 +72,8 @@ if str(ROOT) not in sys.path:  # run as a file: make ``bench.peers`` importable
 from bench.peers.common import DONE_KEY, LAT_KEY, SHAPES  # noqa: E402
 
 POLL = 0.005
+# Jobs at once in each asyncio child of the wurk-aio system.
+AIO_CONCURRENCY = 500
 SAMPLE = 0.100
 MONITOR_JOBS = 2000
 SCRIPT_COMMANDS = {"eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro"}
@@ -164,6 +166,28 @@ def _wurk_swarm(env: Env, shape: str) -> list[list[str]]:
     return [[*_script(env, "wurk-swarm", "supervisor.cli"), "--topology", str(topology)]]
 
 
+def _wurk_aio(redis_client: str) -> Callable[[Env, str], list[list[str]]]:
+    """A swarm of 2 asyncio children; the job's INCR on plain redis-py or redis.asyncio."""
+    def build(env: Env, shape: str) -> list[list[str]]:
+        topology = env.scratch / f"topology-aio-{redis_client}.toml"
+        topology.write_text(
+            "[wurk]\n"
+            'require = ["bench.peers.wurk_aio_jobs"]\n'
+            f'redis_url = "{env.url}"\n'
+            "reliable_fetch = true\n"
+            'log_level = "warning"\n'
+            "\n[[slot]]\n"
+            'name = "bench"\n'
+            "count = 2\n"
+            f"concurrency = {AIO_CONCURRENCY}\n"
+            'executor = "asyncio"\n'
+            'queues = ["default"]\n'
+            f'env = {{ BENCH_AIO_REDIS = "{redis_client}" }}\n'
+        )
+        return [[*_script(env, "wurk-swarm", "supervisor.cli"), "--topology", str(topology)]]
+    return build
+
+
 def _wurk_single(env: Env, shape: str) -> list[list[str]]:
     return [[*_script(env, "wurk", "wurk.cli"), "run", "-c", "10", "-r", "bench.peers.wurk_jobs",
              "--log-level", "warning"]]
@@ -209,6 +233,14 @@ SYSTEMS: list[System] = [
     System("wurk-swarm", "wurk", "wurk-swarm: 1 slot x 2 children, -c 10, reliable_fetch",
            _wurk_swarm, "wurk", "push_bulk, 1 000/call",
            "the production shape: a prefork parent supervising 2 processes of 10 threads"),
+    System("wurk-aio", "wurk",
+           f"wurk-swarm: 1 slot x 2 children, executor asyncio, -c {AIO_CONCURRENCY}, "
+           "reliable_fetch", _wurk_aio("sync"), "wurk_aio", "push_bulk, 1 000/call",
+           "the asyncio executor: an async def job, its INCR on plain redis-py"),
+    System("wurk-aio-aredis", "wurk",
+           f"wurk-swarm: 1 slot x 2 children, executor asyncio, -c {AIO_CONCURRENCY}, "
+           "reliable_fetch", _wurk_aio("asyncio"), "wurk_aio", "push_bulk, 1 000/call",
+           "as wurk-aio, the job's INCR on redis.asyncio (32 connections per process)"),
     System("wurk-single", "wurk", "wurk run -c 10 (1 process, reliable_fetch)",
            _wurk_single, "wurk", "push_bulk, 1 000/call", "one process, for the record"),
     System("sidekiq", "sidekiq", "2 x sidekiq -c 10", _sidekiq, "sidekiq",
@@ -1045,8 +1077,10 @@ def markdown(summary: dict[str, Any], systems: list[System], versions: dict[str,
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--systems", default="all",
-                        help="comma-separated: all, wurk, wurk-swarm, wurk-single, sidekiq, huey, "
-                             "dramatiq, arq, celery, rq, rq-simple, rq-fork (default all)")
+                        help="comma-separated: all, wurk, wurk-swarm, wurk-aio, wurk-aio-aredis, "
+                             "wurk-single, "
+                             "sidekiq, huey, dramatiq, arq, celery, rq, rq-simple, rq-fork "
+                             "(default all)")
     parser.add_argument("--shape", default="all",
                         help="job shapes, comma-separated: noop, cpu, io or all (default all)")
     parser.add_argument("--jobs", type=int, default=50_000, help="jobs per drain (default 50000)")

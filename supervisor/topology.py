@@ -56,8 +56,9 @@ RANGES: dict[str, tuple[bool, float, float]] = {
 }
 # [wurk] keys only the swarm reads (the rest go to each child's Config).
 SWARM_KEYS = {k.name for k in PARENT_KEYS}
-SLOT_KEYS = {"name", "count", "concurrency", "queues", "redis_url", "require", "env", "tag",
-             "shutdown_timeout", "health_listen", *SLOT_PARENT_KEYS}
+SLOT_KEYS = {"name", "count", "concurrency", "executor", "executor_threads", "queues",
+             "redis_url", "require", "env", "tag", "shutdown_timeout", "health_listen",
+             *SLOT_PARENT_KEYS}
 
 
 class TopologyError(ValueError):

@@ -48,8 +48,8 @@ from wurk.push.periodic import table as periodic_table
 from wurk.push.spool_drain import SpoolDrainer
 from wurk.redis.pools import pool_for
 from wurk.runtime import health
+from wurk.runtime.aio_manager import make_manager
 from wurk.runtime.heartbeat import Heartbeat, make_identity
-from wurk.runtime.manager import Manager
 from wurk.runtime.periodic import PeriodicLoop
 from wurk.runtime.reaper import Reaper, recover
 from wurk.runtime.scheduled import Poller
@@ -74,7 +74,7 @@ class Launcher:
         plan = parse_queues(config.queues)
         identity = make_identity()
         self.jobs = jobs or registry
-        self.manager = Manager(config, plan, self.jobs, identity)
+        self.manager = make_manager(config, plan, self.jobs, identity)
         self.poller = Poller(config)
         self.spool = SpoolDrainer(config, pool_for(config))
         self.reaper = Reaper(config, identity)

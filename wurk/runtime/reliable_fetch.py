@@ -142,7 +142,8 @@ class ReliableFetch:
                 self._acks_since = time.monotonic()
             self._acks.append((work, jid))
             direct = self._blocking or self._stopping
-            if len(self._acks) >= self._ack_batch:
+            # A suspect's end frees the next claim: no waiting out ACK_DELAY.
+            if len(self._acks) >= self._ack_batch or self._suspect is not None:
                 self._wake.notify()
         if direct:
             self._flush_acks()

@@ -67,6 +67,8 @@ class Config:
     sentinel_master: str | None = DECLARED
     sentinel_password: str | None = DECLARED
     concurrency: int = DECLARED
+    executor: str = DECLARED
+    executor_threads: int | None = DECLARED
     queues: list[str] = DECLARED
     require: list[str] = DECLARED
     shutdown_timeout: float = DECLARED
@@ -173,7 +175,12 @@ class Config:
     def pool_size(self) -> int:
         # Every processor thread may hold a connection, plus the heartbeat,
         # the scheduler and the application's own pushes.
-        return self.redis_pool_size or self.concurrency + 5
+        if self.redis_pool_size:
+            return self.redis_pool_size
+        if self.executor == "asyncio":
+            # Its threads instead: feeders, bookkeeping, sync jobs (wurk.runtime.aio_manager).
+            return asyncio_threads(self.concurrency, self.executor_threads) + 5
+        return self.concurrency + 5
 
     @property
     def replicas_to_confirm(self) -> int:
@@ -291,3 +298,20 @@ def configure(config: Config | None = None, **overrides: Any) -> Config:
 def _installed(config: Config) -> None:
     for callback in list(_on_configured):
         callback(config)
+
+
+# The asyncio executor's threads (wurk.runtime.aio_manager, aio_processor).
+ASYNCIO_FEEDERS = 64
+ASYNCIO_BOOKKEEPING = 8
+ASYNCIO_SYNC_THREADS = 16
+
+
+def sync_threads(concurrency: int, executor_threads: int | None) -> int:
+    """The asyncio executor's pool for sync jobs: ``executor_threads``, or derived."""
+    return executor_threads or min(concurrency, ASYNCIO_SYNC_THREADS)
+
+
+def asyncio_threads(concurrency: int, executor_threads: int | None) -> int:
+    """Threads of the asyncio executor that may each hold a Redis connection."""
+    return (min(concurrency, ASYNCIO_FEEDERS) + min(concurrency, ASYNCIO_BOOKKEEPING)
+            + sync_threads(concurrency, executor_threads))

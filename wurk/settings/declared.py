@@ -70,7 +70,18 @@ SETTINGS: tuple[Setting, ...] = (
             help="password for the sentinels themselves"),
     Setting("concurrency", "int", 10, range=Range(1, MAX_CONCURRENCY),
             flag=Flag(("-c", "--concurrency"), help="worker threads (default {default})"),
-            help="worker threads in one `wurk run` process or swarm child"),
+            help="jobs at once in one `wurk run` process or swarm child (a thread each with "
+                 "the threads executor)"),
+    Setting("executor", "str", "threads", choices=("threads", "asyncio"),
+            flag=Flag(("--executor",), help="{choices} (default {default})"),
+            help='`"threads"`: one thread per concurrent job; `"asyncio"`: one event loop runs '
+                 "up to `concurrency` jobs at once, `async def` jobs as tasks and sync ones in "
+                 "a pool of `executor_threads` (see [Async jobs](../how-to/async-jobs.md"
+                 "#the-asyncio-executor))"),
+    Setting("executor_threads", "int | None", None, range=Range(1, MAX_CONCURRENCY),
+            shown_default="unset (the smaller of concurrency and 16)",
+            help='with `executor = "asyncio"`, threads that run sync jobs (and sync server '
+                 "middleware around async jobs)"),
     Setting("queues", "list[str]", ["default"], limit=f"weight 0 to {MAX_QUEUE_WEIGHT}",
             flag=Flag(("-q", "--queue"),
                       help="queue to poll, NAME or NAME:WEIGHT; repeatable, in priority order"),
@@ -152,7 +163,7 @@ SETTINGS: tuple[Setting, ...] = (
                  f"to the dead set as a poison pill (see [Reliable fetch]({_RELIABLE}"
                  "#reliable-fetch))"),
     Setting("redis_pool_size", "int | None", None, range=Range(1, MAX_POOL_SIZE),
-            shown_default="unset (concurrency + 5)",
+            shown_default="unset (concurrency + 5; with the asyncio executor, its threads + 5)",
             help="Redis connections per process"),
     Setting("redis_connect_timeout", "float", 1.0, range=Range(MIN_INTERVAL, MAX_REDIS_TIMEOUT),
             help="seconds to connect to Redis, TLS handshake included"),

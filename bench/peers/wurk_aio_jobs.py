@@ -1,0 +1,97 @@
+"""wurk's benchmark coroutine for the asyncio executor, and its enqueuers.
+
+The same job as ``bench.peers.wurk_jobs``, as an ``async def perform``: the
+io shape awaits ``asyncio.sleep`` (a blocking sleep would stall the loop),
+the cpu shape runs the common loop inside the event loop (as arq's does).
+The RPUSH/INCR go through plain redis-py, as every Python system's job
+does (``bench.peers.common.client``: one sync round trip on the loop), or,
+with ``BENCH_AIO_REDIS=asyncio`` in the workers' environment, through a
+``redis.asyncio`` client per process of at most :data:`CONNECTIONS`
+connections (what an asyncio codebase would use; it costs far more CPU per
+call on this machine). Enqueue is as for ``wurk_jobs``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+import redis.asyncio as aredis
+
+import wurk
+from bench.peers.common import (
+    DONE_KEY,
+    IO_SECONDS,
+    LAT_KEY,
+    client,
+    cpu_loop,
+    paced,
+    redis_url,
+)
+
+BULK = 1000
+CONNECTIONS = 32
+# Read per job: a swarm parent imports this module before the slot's env is set.
+ENV_SWITCH = "BENCH_AIO_REDIS"
+_clients: dict[int, aredis.Redis] = {}
+
+
+def _redis() -> aredis.Redis:
+    """One asyncio client per process, made on the executor's loop by its first job."""
+    pid = os.getpid()
+    if pid not in _clients:
+        _clients.clear()
+        # Blocking: hundreds of jobs at once wait for one of CONNECTIONS
+        # instead of failing with MaxConnectionsError.
+        _clients[pid] = aredis.Redis(connection_pool=aredis.BlockingConnectionPool.from_url(
+            redis_url(), max_connections=CONNECTIONS))
+    return _clients[pid]
+
+
+class AioBenchJob(wurk.Job, name="AioBenchJob"):
+    async def perform(self, shape: str, ts: float) -> None:
+        if os.environ.get(ENV_SWITCH) == "asyncio":
+            await _async_job(shape, ts)
+            return
+        r = client()
+        if ts:
+            r.rpush(LAT_KEY, time.time() - ts)
+        await _work(shape)
+        r.incr(DONE_KEY)
+
+
+async def _async_job(shape: str, ts: float) -> None:
+    r = _redis()
+    if ts:
+        await r.rpush(LAT_KEY, time.time() - ts)
+    await _work(shape)
+    await r.incr(DONE_KEY)
+
+
+async def _work(shape: str) -> None:
+    if shape == "cpu":
+        cpu_loop()
+    elif shape == "io":
+        await asyncio.sleep(IO_SECONDS)
+
+
+def _client() -> wurk.Client:
+    client = wurk.Client(wurk.Config(redis_url=redis_url()))
+    client.pool.call("PING")
+    return client
+
+
+def enqueue_bulk(n: int, shape: str) -> float:
+    client = _client()
+    started = time.perf_counter()
+    for start in range(0, n, BULK):
+        args = [[shape, 0] for _ in range(min(BULK, n - start))]
+        client.push_bulk({"class": "AioBenchJob", "args": args})
+    return time.perf_counter() - started
+
+
+def enqueue_paced(rate: float, seconds: float, shape: str) -> tuple[int, float]:
+    client = _client()
+    return paced(rate, seconds,
+                 lambda ts: client.push({"class": "AioBenchJob", "args": [shape, ts]}))
