@@ -49,23 +49,28 @@ REPO = Path(__file__).resolve().parent.parent
 Key = tuple[str, int]
 
 
-JOBS_MODULE = textwrap.dedent("""
+# The start of a test's jobs module: one Redis client per process, so a
+# forked child never shares its parent's socket.
+PER_PID_REDIS = textwrap.dedent("""
     import os
-    import time
 
     import redis
-
-    import wurk
 
     _clients = {}
 
 
     def r():
-        # One client per process: never a connection made before a fork.
         pid = os.getpid()
         if pid not in _clients:
             _clients[pid] = redis.Redis.from_url(os.environ["TEST_REDIS_URL"])
         return _clients[pid]
+""")
+
+
+JOBS_MODULE = PER_PID_REDIS + textwrap.dedent("""
+    import time
+
+    import wurk
 
 
     @wurk.job(name="record")
@@ -300,22 +305,6 @@ def watchdog_pings(sock: socket.socket, seconds: float) -> int:
 
 AOF = ("--appendonly", "yes", "--appendfsync", "always")
 
-# The start of a test's jobs module: one Redis client per process, so a
-# forked child never shares its parent's socket.
-PER_PID_REDIS = textwrap.dedent("""
-    import os
-
-    import redis
-
-    _clients = {}
-
-
-    def r():
-        pid = os.getpid()
-        if pid not in _clients:
-            _clients[pid] = redis.Redis.from_url(os.environ["TEST_REDIS_URL"])
-        return _clients[pid]
-""")
 
 
 @pytest.fixture
