@@ -34,8 +34,10 @@ def gone(pid: int) -> bool:
 @pytest.fixture(scope="module")
 def stack() -> Iterator[Stack]:
     running = Stack().start()
-    yield running
-    running.stop()
+    try:
+        yield running
+    finally:
+        running.stop()
 
 
 @pytest.fixture(scope="module")

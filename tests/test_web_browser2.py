@@ -34,11 +34,13 @@ pytestmark = pytest.mark.skipif(
 @pytest.fixture(scope="module")
 def stack() -> Iterator[Stack]:
     running = Stack().start()
-    wurk.configure(running.config)
-    running.features = seed_features(running.config)  # type: ignore[attr-defined]
-    running.batches = seed_batches(running.config)  # type: ignore[attr-defined]
-    yield running
-    running.stop()
+    try:  # a seed that fails must not leave the stack's processes behind
+        wurk.configure(running.config)
+        running.features = seed_features(running.config)  # type: ignore[attr-defined]
+        running.batches = seed_batches(running.config)  # type: ignore[attr-defined]
+        yield running
+    finally:
+        running.stop()
 
 
 @pytest.fixture(scope="module")

@@ -69,6 +69,14 @@ class Stack:
     def start(self) -> Stack:
         self.redis = start_redis()
         self.config = Config(redis_url=self.redis.url)
+        try:
+            self._start_processes()
+        except BaseException:
+            self.stop()  # nothing it started outlives a failed start
+            raise
+        return self
+
+    def _start_processes(self) -> None:
         self.jids = seed(self.config)
         (self.workdir / "webjobs.py").write_text(JOBS)
         (self.workdir / "topology.toml").write_text(TOPOLOGY)
@@ -83,7 +91,6 @@ class Stack:
         client.push({"class": "SlowReport", "queue": "slow", "args": [0.05],
                      "profile": "nightly-report"})
         self.url = self.web(*self.web_args)
-        return self
 
     def web(self, *args: str) -> str:
         """Start one more ``wurk web`` on this Redis; returns its URL."""
