@@ -227,6 +227,7 @@ def test_swarm_scale_restart_quiet_and_stop(page: Any, stack: Stack) -> None:
     assert "one more child per slot" in page.locator(".flash").inner_text()
     wait_until(lambda: len(_children(page)) == 3, timeout=20)
     page.get_by_role("button", name="One fewer per slot").click()
+    page.wait_for_load_state()
     wait_until(lambda: len(_children(page)) == 2, timeout=20)
     survivors = _children(page)
     page.get_by_role("button", name="Rolling restart").click()

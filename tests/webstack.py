@@ -131,9 +131,19 @@ class Stack:
 
 
 def wait_until(predicate: Any, timeout: float = 20.0) -> Any:
+    """Poll ``predicate`` (which may reload the page) until it is truthy.
+
+    A reload that races a navigation the page is still making (a form just
+    posted) fails with a Playwright error; that poll counts as not yet.
+    """
+    from playwright.sync_api import Error as PlaywrightError
+
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        value = predicate()
+        try:
+            value = predicate()
+        except PlaywrightError:
+            value = None
         if value:
             return value
         time.sleep(0.05)
