@@ -12,8 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import queue
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -22,6 +20,7 @@ from typing import Any
 
 import pytest
 import redis
+from profiled_speed import assert_profiled_code_runs_after
 from waiting import wait_for
 
 import wurk
@@ -34,7 +33,7 @@ pytestmark = pytest.mark.timeout(60)
 Define = Callable[..., JobFunction[..., Any]]
 
 RACED_THEN_PROFILED = """
-import asyncio, cProfile, threading
+import asyncio, threading
 from wurk.runtime import aio
 from wurk.runtime.job_timer import JobTimer, raise_in, timeout_type
 from wurk.runtime.time_limits import Limits
@@ -77,18 +76,6 @@ assert not waiter.is_alive() and caught == ["JobTimeout"], caught
 while len(cancelled) < 2:
     threading.Event().wait(0.01)
 
-
-def step(n):
-    return n + 1
-
-
-profile = cProfile.Profile()
-profile.enable()
-total = 0
-for i in range(300_000):
-    total = step(total)
-profile.disable()
-print("finished", total)
 """
 
 
@@ -98,12 +85,7 @@ def test_a_timeout_raised_in_a_waiting_thread_lands_and_leaves_nothing_pending(
     wait on a coroutine is taken at once (the coroutine cancelled), not held
     pending until the coroutine ends; afterwards profiled code runs at full
     speed (a pending async exception makes 300,000 profiled calls take minutes)."""
-    script = tmp_path / "raced_then_profiled.py"
-    script.write_text(RACED_THEN_PROFILED)
-    done = subprocess.run([sys.executable, str(script)], check=False, capture_output=True,
-                          text=True, timeout=45)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("finished "), done.stdout
+    assert_profiled_code_runs_after(RACED_THEN_PROFILED, tmp_path, timeout=45)
 
 
 def test_a_wait_on_a_loop_closed_without_waking_it_ends() -> None:

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 import redis
+from profiled_speed import assert_profiled_code_runs_after
 from structlog.testing import capture_logs
 from waiting import wait_for
 
@@ -356,7 +357,7 @@ def test_the_deadline_comparison_is_the_next_retrys_time(config: Config) -> None
 
 
 TIMED_OUT_THEN_BUSY = """
-import cProfile, functools, time
+import functools, time
 from wurk.runtime.job_timer import JobTimer
 from wurk.runtime.time_limits import JobTimeout, Limits
 from wurk.runtime.work import UnitOfWork
@@ -371,18 +372,6 @@ for _ in range(3):
     assert outcome is None or isinstance(outcome, JobTimeout), outcome
 timer.stop()
 
-
-def step(n):
-    return n + 1
-
-
-profile = cProfile.Profile()
-profile.enable()
-total = 0
-for i in range(300_000):
-    total = step(total)
-profile.disable()
-print("finished", total)
 """
 
 
@@ -391,12 +380,4 @@ def test_a_timed_out_run_leaves_profiled_code_running_at_full_speed(tmp_path: An
     CPython 3.11's "async exception pending" flag set for good, and from then on
     code under cProfile crawled (300,000 calls took minutes: the suite hung in
     profiled jobs run after time-limit tests)."""
-    import subprocess
-    import sys
-
-    script = tmp_path / "timed_out_then_busy.py"
-    script.write_text(TIMED_OUT_THEN_BUSY)
-    done = subprocess.run([sys.executable, str(script)], check=False, capture_output=True,
-                          text=True, timeout=30)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("finished "), done.stdout
+    assert_profiled_code_runs_after(TIMED_OUT_THEN_BUSY, tmp_path)
