@@ -20,17 +20,16 @@ import time
 import redis.asyncio as aredis
 
 import wurk
+from bench.peers import wurk_jobs
 from bench.peers.common import (
     DONE_KEY,
     IO_SECONDS,
     LAT_KEY,
     client,
     cpu_loop,
-    paced,
     redis_url,
 )
 
-BULK = 1000
 CONNECTIONS = 32
 # Read per job: a swarm parent imports this module before the slot's env is set.
 ENV_SWITCH = "BENCH_AIO_REDIS"
@@ -76,22 +75,9 @@ async def _work(shape: str) -> None:
         await asyncio.sleep(IO_SECONDS)
 
 
-def _client() -> wurk.Client:
-    client = wurk.Client(wurk.Config(redis_url=redis_url()))
-    client.pool.call("PING")
-    return client
-
-
 def enqueue_bulk(n: int, shape: str) -> float:
-    client = _client()
-    started = time.perf_counter()
-    for start in range(0, n, BULK):
-        args = [[shape, 0] for _ in range(min(BULK, n - start))]
-        client.push_bulk({"class": "AioBenchJob", "args": args})
-    return time.perf_counter() - started
+    return wurk_jobs.enqueue_bulk_of("AioBenchJob", n, shape)
 
 
 def enqueue_paced(rate: float, seconds: float, shape: str) -> tuple[int, float]:
-    client = _client()
-    return paced(rate, seconds,
-                 lambda ts: client.push({"class": "AioBenchJob", "args": [shape, ts]}))
+    return wurk_jobs.enqueue_paced_of("AioBenchJob", rate, seconds, shape)

@@ -30,16 +30,24 @@ def _client() -> wurk.Client:
     return client
 
 
-def enqueue_bulk(n: int, shape: str) -> float:
+def enqueue_bulk_of(cls: str, n: int, shape: str) -> float:
+    """``n`` jobs of class ``cls`` in ``push_bulk`` calls of BULK; seconds taken."""
     client = _client()
     started = time.perf_counter()
     for start in range(0, n, BULK):
         args = [[shape, 0] for _ in range(min(BULK, n - start))]
-        client.push_bulk({"class": "BenchJob", "args": args})
+        client.push_bulk({"class": cls, "args": args})
     return time.perf_counter() - started
 
 
-def enqueue_paced(rate: float, seconds: float, shape: str) -> tuple[int, float]:
+def enqueue_paced_of(cls: str, rate: float, seconds: float, shape: str) -> tuple[int, float]:
     client = _client()
-    return paced(rate, seconds,
-                 lambda ts: client.push({"class": "BenchJob", "args": [shape, ts]}))
+    return paced(rate, seconds, lambda ts: client.push({"class": cls, "args": [shape, ts]}))
+
+
+def enqueue_bulk(n: int, shape: str) -> float:
+    return enqueue_bulk_of("BenchJob", n, shape)
+
+
+def enqueue_paced(rate: float, seconds: float, shape: str) -> tuple[int, float]:
+    return enqueue_paced_of("BenchJob", rate, seconds, shape)
