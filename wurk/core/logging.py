@@ -95,15 +95,20 @@ _stamp_second: tuple[int, str] = (-1, "")
 def add_timestamp(_logger: Any, _method: str,
                   event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
     """``timestamp``: ISO 8601 in UTC with microseconds, as
-    ``2026-01-02T03:04:05.123456Z``; the seconds part formatted once a second."""
+    ``2026-01-02T03:04:05.123456Z``."""
+    event["timestamp"] = timestamp()
+    return event
+
+
+def timestamp() -> str:
+    """Now as :func:`add_timestamp` writes it; the seconds part formatted once a second."""
     global _stamp_second  # noqa: PLW0603 - one (second, text) pair, replaced whole
     second, nanos = divmod(time.time_ns(), 1_000_000_000)
     cached, prefix = _stamp_second
     if second != cached:
         prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
         _stamp_second = (second, prefix)
-    event["timestamp"] = f"{prefix}.{nanos // 1000:06d}Z"
-    return event
+    return f"{prefix}.{nanos // 1000:06d}Z"
 
 
 def redact_urls(_logger: Any, _method: str,
@@ -221,6 +226,20 @@ def _fast(fields: dict[str, Any]) -> bool:
     chain = _chain
     return (chain is not None and "exc_info" not in fields and chain[-1] is _renderer
             and structlog.get_config()["processors"] is chain)
+
+
+def json_renderer() -> JsonRenderer | None:
+    """The JSON renderer of setup()'s chain while that chain is still in use
+    (see :func:`_fast`), else None: for :mod:`wurk.core.joblog`'s shortcut."""
+    renderer = _renderer
+    if not isinstance(renderer, JsonRenderer) or not _fast({}):
+        return None
+    return renderer
+
+
+def process_fields() -> dict[str, Any]:
+    """The fields every line of this process carries (read-only)."""
+    return _process_fields
 
 
 def _emit(method: str, event: str, fields: dict[str, Any]) -> None:

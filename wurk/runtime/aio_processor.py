@@ -39,7 +39,7 @@ import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
-from wurk.core import logging as wlog
+from wurk.core import joblog
 from wurk.core.logging import get_logger
 from wurk.core.threads import describe
 from wurk.limiter.base import reschedulable
@@ -141,9 +141,9 @@ class AsyncProcessor(Processor):
                               ) -> tuple[BaseException | None, Any]:
         jid = job.get("jid") if isinstance(job.get("jid"), str) else None
         context = {"jid": jid, "class": job["class"], "queue": work.queue, "tid": slot}
-        chatty = wlog.enabled("info")
-        if chatty:
-            log.info("job.start", **context)
+        lines = joblog.job_lines(log, context)
+        if lines is not None:
+            lines.start()
         started = time.perf_counter()
         try:
             step = run_chain(self.config.server_middleware, job, work.queue, entry)
@@ -164,8 +164,8 @@ class AsyncProcessor(Processor):
             return exc, None
         elapsed = time.perf_counter() - started
         self._measured(job, work.queue, elapsed, None)
-        if chatty:
-            log.info("job.done", elapsed=round(elapsed, 6), **context)
+        if lines is not None:
+            lines.done(round(elapsed, 6))
         return None, value
 
     def _measured(self, job: dict[str, Any], queue: str, elapsed: float,

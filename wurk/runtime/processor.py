@@ -53,6 +53,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from wurk.core import joblog
 from wurk.core import logging as wlog
 from wurk.core.logging import get_logger
 from wurk.core.threads import describe
@@ -148,10 +149,10 @@ class Processor:
     def _run(self, job: dict[str, Any], queue: str,
              entry: Registered | None) -> BaseException | None:
         context = {"jid": _jid(job), "class": job["class"], "queue": queue, "tid": wlog.tid()}
-        # Checked once per job: with info lines off, a job pays no logging at all.
-        chatty = wlog.enabled("info")
-        if chatty:
-            log.info("job.start", **context)
+        # Decided once per job: with info lines off, a job pays no logging at all.
+        lines = joblog.job_lines(log, context)
+        if lines is not None:
+            lines.start()
         started = time.perf_counter()
         try:
             if entry is None:
@@ -171,8 +172,8 @@ class Processor:
             log.warning("job.fail", elapsed=round(time.perf_counter() - started, 6),
                         error=describe(exc), exc_info=exc, **context)
             return exc
-        if chatty:
-            log.info("job.done", elapsed=round(time.perf_counter() - started, 6), **context)
+        if lines is not None:
+            lines.done(round(time.perf_counter() - started, 6))
         return None
 
     def _succeeded(self, job: dict[str, Any], work: UnitOfWork, slot: str) -> None:
