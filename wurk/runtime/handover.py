@@ -78,6 +78,47 @@ class HandOver:
                     self.pending -= 1
         return work
 
+    def take_many(self, most: int) -> list[UnitOfWork]:
+        """Up to ``most`` jobs for one taker that stands for ``most`` waiting
+        threads (the asyncio executor's feeder): what is ready at once, else
+        what one claim brings, waiting up to the fetch timeout for its first
+        job. Empty when the fetch is closed or nothing came. A stop's wake-up
+        (None) ends the taking."""
+        with self._lock:
+            taken = self._take_ready(most)
+            if taken or self._closed():
+                return taken
+            self.waiting += most
+            self._wake.notify()
+        first = None
+        try:
+            first = self._ready.get(timeout=self._timeout)
+        except queue.Empty:
+            pass
+        finally:
+            with self._lock:
+                self.waiting -= most
+                if first is not None:
+                    self.pending -= 1
+                # The fetcher puts a claim's jobs under this lock: all of them are here.
+                taken = [first] if first is not None else []
+                taken += self._take_ready(most - len(taken))
+        return taken
+
+    def _take_ready(self, most: int) -> list[UnitOfWork]:
+        """At most ``most`` jobs already in the queue (caller holds the lock)."""
+        taken: list[UnitOfWork] = []
+        while len(taken) < most:
+            try:
+                work = self._ready.get_nowait()
+            except queue.Empty:
+                break
+            if work is None:
+                break  # this taker's wake-up: the fetch is closing
+            taken.append(work)
+        self.pending -= len(taken)
+        return taken
+
     def release_waiters(self) -> None:
         """Wake every thread blocked in ``take`` (quiet or stop): each gets None."""
         for _ in range(self.waiting):

@@ -136,6 +136,15 @@ class ReliableFetch:
             return None
         return work
 
+    def fetch_many(self, most: int) -> list[UnitOfWork]:
+        """Up to ``most`` jobs for the asyncio executor's feeder: one claim for
+        all of them (see :meth:`HandOver.take_many`)."""
+        works = self._handover.take_many(most)
+        if works and self._quiet:
+            self._give_back(works)  # claimed before quiet but not started
+            return []
+        return works
+
     def acknowledge(self, work: UnitOfWork, jid: str | None = None) -> None:
         with self._cond:
             if not self._acks:
