@@ -249,7 +249,7 @@ SYSTEMS: list[System] = [
            "push_bulk, 1 000/call (Ruby)", "the protocol's reference implementation"),
     System("huey", "huey", "huey_consumer -k process -w 4", _huey, "huey",
            "task call (1 LPUSH each)", "its best setting on this machine (-w 2: 4 242/s)"),
-    System("dramatiq", "dramatiq", "dramatiq -p 2 -t 32", _dramatiq, "dramatiq",
+    System("dramatiq", "dramatiq", "dramatiq -p 2 -t 32 (-t 64 for io)", _dramatiq, "dramatiq",
            "send() loop", "its best setting here (default -t 8: 3 856/s)"),
     System("arq", "arq", "2 procs, max_jobs=100, poll_delay=0.01", _arq, "arq",
            "enqueue_job x100 under gather", "tuned: arq's defaults drain 246/s"),

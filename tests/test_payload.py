@@ -152,6 +152,17 @@ def test_loads_job_keeps_every_key_in_order() -> None:
     assert loads_job(raw.encode()) == job
 
 
+@pytest.mark.parametrize("encoding", ["utf-8", "utf-8-sig", "utf-16", "utf-16-le", "utf-32"])
+def test_loads_job_reads_every_encoding_json_allows(encoding: str) -> None:
+    text = '{"class":"Jöb","args":["ünï",1.5]}'
+    assert loads_job(text.encode(encoding)) == {"class": "Jöb", "args": ["ünï", 1.5]}
+
+
+def test_loads_job_refuses_bytes_that_are_not_utf8() -> None:
+    with pytest.raises(PayloadError, match="not JSON"):
+        loads_job(b'{"class":"\xff","args":[]}')
+
+
 # -- new_jid -----------------------------------------------------------------
 
 

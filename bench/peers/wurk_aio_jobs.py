@@ -31,7 +31,7 @@ from bench.peers.common import (
 )
 
 CONNECTIONS = 32
-# Read per job: a swarm parent imports this module before the slot's env is set.
+# Read per process: a swarm parent imports this module before the slot's env is set.
 ENV_SWITCH = "BENCH_AIO_REDIS"
 _clients: dict[int, aredis.Redis] = {}
 
@@ -48,9 +48,21 @@ def _redis() -> aredis.Redis:
     return _clients[pid]
 
 
+_use_asyncio: dict[int, bool] = {}
+
+
+def _asyncio_client() -> bool:
+    """The switch, read once per process (a child reads its slot's env)."""
+    pid = os.getpid()
+    if pid not in _use_asyncio:
+        _use_asyncio.clear()
+        _use_asyncio[pid] = os.environ.get(ENV_SWITCH) == "asyncio"
+    return _use_asyncio[pid]
+
+
 class AioBenchJob(wurk.Job, name="AioBenchJob"):
     async def perform(self, shape: str, ts: float) -> None:
-        if os.environ.get(ENV_SWITCH) == "asyncio":
+        if _asyncio_client():
             await _async_job(shape, ts)
             return
         r = client()

@@ -109,8 +109,12 @@ _DECODER = json.JSONDecoder(parse_float=_finite_float, parse_constant=_not_json)
 def loads_job(raw: str | bytes) -> dict[str, Any]:
     """Parse a queue entry. Raises PayloadError for anything that is not a job."""
     try:
-        text = raw if isinstance(raw, str) else raw.decode(json.detect_encoding(raw),
-                                                           "surrogatepass")
+        if isinstance(raw, str):
+            text = raw
+        elif raw[:1] == b"{" and raw[1:2] != b"\x00":  # UTF-8: every payload a client writes
+            text = raw.decode("utf-8", "surrogatepass")
+        else:  # what json.loads accepts too: a BOM, UTF-16 or UTF-32
+            text = raw.decode(json.detect_encoding(raw), "surrogatepass")
         job = _DECODER.decode(text)
     except (ValueError, UnicodeDecodeError) as exc:
         raise PayloadError(f"not JSON: {exc}") from None
