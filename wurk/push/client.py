@@ -188,18 +188,19 @@ class Client:
 
     def _write(self, content: ConfirmedPush) -> tuple[str, ...]:
         """Write jobs no built-in step counts; returns their jids."""
+        jids = content.jids
         if self.confirmed is not None:
             self._write_confirmed(self.confirmed, content)
-            return content.jids
+            return jids
         commands, idempotent = prepare.plain_commands(content)
         if self.buffer is None:
             self.pool.pipeline(commands, idempotent=idempotent)
         else:
             self.buffer.send(PendingPush(
                 lambda attempts: self.pool.pipeline(commands, idempotent=idempotent,
-                                                    attempts=attempts), content.jids,
+                                                    attempts=attempts), jids,
                 content=content))
-        return content.jids
+        return jids
 
     def _write_confirmed(self, writer: ConfirmedWriter, push: ConfirmedPush) -> None:
         if self.buffer is not None:

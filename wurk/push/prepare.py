@@ -26,7 +26,7 @@ from wurk.push.confirmed import ConfirmedPush, QueuedJob
 from wurk.push.time_options import stamp_expiry
 from wurk.settings.hooks import ClientMiddleware
 from wurk.wire import keys
-from wurk.wire.payload import check_args, dumps, new_jid, now_stamp, score
+from wurk.wire.payload import ArgumentError, check_args, dumps, new_jid, now_stamp, score
 
 if TYPE_CHECKING:
     from wurk.push.options import JobOptions
@@ -122,8 +122,15 @@ def check_bulk(item: Mapping[str, Any]) -> tuple[list[list[Any]], Any]:
         raise ValueError("push_bulk 'at' list must have one time per job")
     name = str(item.get("class"))
     for i, args in enumerate(all_args):
-        check_args(args, f"args[{i}]")
-        signatures.check(name, args, f" in args[{i}]")
+        try:
+            check_args(args)
+            signatures.check(name, args)
+        except ArgumentError:
+            # Checked again to name the job in the message: building that
+            # name for every job cost as much as the checks.
+            check_args(args, f"args[{i}]")
+            signatures.check(name, args, f" in args[{i}]")
+            raise
     return all_args, ats
 
 
