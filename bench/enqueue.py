@@ -37,6 +37,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +46,8 @@ BULK = 1000
 RUBY_ENQUEUER = ROOT / "bench" / "peers" / "sidekiq_enqueue.rb"
 # Runs this file with wurk from PYTHONPATH (a tree first): a venv's editable
 # install puts a finder on sys.meta_path that would win over PYTHONPATH.
-BOOT = ("import runpy, sys; "
+# With -c, sys.path starts with the working directory: dropped too.
+BOOT = ("import runpy, sys; sys.path[:] = [p for p in sys.path if p not in ('', '.')]; "
         "sys.meta_path[:] = [f for f in sys.meta_path if '__editable__' not in "
         "getattr(f, '__module__', '') + getattr(type(f), '__module__', '')]; "
         "path = sys.argv.pop(1); sys.argv[0] = path; runpy.run_path(path, run_name='__main__')")
@@ -72,9 +74,8 @@ def measure_bulk(jobs: int) -> float:
 
 
 def measure_single(jobs: int, threads: int) -> float:
-    sys.path.insert(0, str(ROOT))
     import wurk  # noqa: PLC0415
-    from bench.jobs import NoopJob  # noqa: PLC0415
+    from bench.jobs import NoopJob  # noqa: PLC0415 - PYTHONPATH: the tree, then this one
 
     wurk.configure(wurk.Config(redis_pool_size=threads))
     wurk.Client.default().pool.call("PING")  # build the default client, dial once
@@ -99,7 +100,7 @@ def measure_single(jobs: int, threads: int) -> float:
 def child(args: argparse.Namespace) -> None:
     seconds = (measure_bulk(args.jobs) if args.child == "bulk"
                else measure_single(args.jobs, args.threads))
-    print(json.dumps({"seconds": seconds}), flush=True)
+    print(json.dumps({"seconds": seconds, "wurk": sys.modules["wurk"].__file__}), flush=True)
     sys.stdin.readline()  # stay connected until the parent has read INFO
 
 
@@ -113,7 +114,8 @@ def info(r: Any) -> dict[str, int]:
     return counts
 
 
-def run_one(command: list[str], env: dict[str, str], r: Any, jobs: int) -> dict[str, float]:
+def run_one(command: list[str], env: dict[str, str], r: Any, jobs: int,
+            tree: Path | None) -> dict[str, float]:
     """One measurement in its own process; its figures per job, and jobs/s."""
     r.flushall()
     proc = subprocess.Popen(command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -131,7 +133,10 @@ def run_one(command: list[str], env: dict[str, str], r: Any, jobs: int) -> dict[
         proc.stdin.flush()
     finally:
         proc.wait(60)
-    seconds = float(json.loads(line)["seconds"])
+    result = json.loads(line)
+    if tree is not None and not str(result["wurk"]).startswith(f"{tree}{os.sep}"):
+        raise RuntimeError(f"measured {result['wurk']}, not the tree {tree}")
+    seconds = float(result["seconds"])
     # The two INFO calls count themselves: one read and up to three commands.
     figures = {"jobs/s": jobs / seconds, "reads": (after["reads"] - before["reads"] - 2) / jobs}
     for name in after.keys() - {"reads", "info"}:
@@ -154,20 +159,29 @@ def ruby_ready() -> str | None:
     return None
 
 
-def clients(args: argparse.Namespace, url: str) -> list[tuple[str, list[str], list[str],
-                                                             dict[str, str]]]:
-    """(label, bulk command, single command, env) for each client measured."""
+@dataclass(frozen=True)
+class Measured:
+    """One client: its label, its two commands, their environment, its wurk tree."""
+
+    label: str
+    bulk: list[str]
+    single: list[str]
+    env: dict[str, str]
+    tree: Path | None = None
+
+
+def clients(args: argparse.Namespace, url: str) -> list[Measured]:
     base = {k: v for k, v in os.environ.items() if not k.startswith("WURK_")}
     base["REDIS_URL"] = url
-    found: list[tuple[str, list[str], list[str], dict[str, str]]] = []
+    found: list[Measured] = []
     for tree in [t.resolve() for t in args.tree or [ROOT]]:
         env = {**base, "PYTHONPATH": os.pathsep.join(
             filter(None, [str(tree), str(ROOT), os.environ.get("PYTHONPATH")]))}
         head = [sys.executable, "-c", BOOT, str(Path(__file__).resolve()), "--child"]
-        label = "wurk" if not args.tree else f"wurk {tree}"
-        found.append((label, [*head, "bulk", "--jobs", str(args.jobs)],
-                      [*head, "single", "--jobs", str(args.single_jobs),
-                       "--threads", str(args.threads)], env))
+        found.append(Measured("wurk" if not args.tree else f"wurk {tree}",
+                              [*head, "bulk", "--jobs", str(args.jobs)],
+                              [*head, "single", "--jobs", str(args.single_jobs),
+                               "--threads", str(args.threads)], env, tree))
     missing = None if args.no_ruby else ruby_ready()
     if args.no_ruby or missing:
         print(f"Sidekiq skipped: {missing or '--no-ruby'}")
@@ -178,9 +192,9 @@ def clients(args: argparse.Namespace, url: str) -> list[tuple[str, list[str], li
     if hiredis:
         env["BENCH_SIDEKIQ_DRIVER"] = "hiredis"
     ruby = ["ruby", str(RUBY_ENQUEUER)]
-    found.append((f"sidekiq ({'hiredis' if hiredis else 'ruby driver'})",
-                  [*ruby, "bulk-go", str(args.jobs)],
-                  [*ruby, "threads", str(args.single_jobs), str(args.threads)], env))
+    found.append(Measured(f"sidekiq ({'hiredis' if hiredis else 'ruby driver'})",
+                          [*ruby, "bulk-go", str(args.jobs)],
+                          [*ruby, "threads", str(args.single_jobs), str(args.threads)], env))
     return found
 
 
@@ -222,10 +236,11 @@ def main() -> int:
         measured = clients(args, server.url)
         for round_no in range(args.rounds):
             order = measured if round_no % 2 == 0 else measured[::-1]
-            for label, bulk, single, env in order:
-                results.setdefault((label, "bulk"), []).append(run_one(bulk, env, r, args.jobs))
-                results.setdefault((label, "single"), []).append(
-                    run_one(single, env, r, args.single_jobs))
+            for one in order:
+                results.setdefault((one.label, "bulk"), []).append(
+                    run_one(one.bulk, one.env, r, args.jobs, one.tree))
+                results.setdefault((one.label, "single"), []).append(
+                    run_one(one.single, one.env, r, args.single_jobs, one.tree))
             print(f"round {round_no + 1}/{args.rounds} done", flush=True)
     print(f"\nbulk: {args.jobs} jobs, {BULK} per push_bulk; single: {args.single_jobs} "
           f"jobs, perform_async from {args.threads} threads; medians of {args.rounds} rounds")
