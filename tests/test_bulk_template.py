@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import time
@@ -129,6 +130,26 @@ def test_plain_bulk_writes_what_the_job_by_job_path_writes(
         written.append([by_jid[jid].replace(jid, "<jid>") for jid in jids])
         r.flushdb()
     assert written[0] == written[1]
+
+
+def test_async_client_writes_what_the_sync_client_writes(
+        config: Config, r: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(time, "time", lambda: NOW)
+    item = {"class": "Bulk", "queue": "q", "args": [[i, i / 7] for i in range(1200)]}
+
+    async def push(middleware: list[Any]) -> list[str]:
+        async with wurk.AsyncClient(config, middleware=middleware, drain_spool=False) as client:
+            return await client.push_bulk(item)
+
+    written = []
+    for pusher in (lambda: Client(config).push_bulk(item), lambda: asyncio.run(push([])),
+                   lambda: asyncio.run(push([passthrough]))):
+        jids = pusher()
+        by_jid = {json.loads(raw)["jid"]: raw for raw in r.lrange(keys.queue("q"), 0, -1)}
+        written.append([by_jid[jid].replace(jid, "<jid>") for jid in jids])
+        r.flushdb()
+    assert written[0] == written[1] == written[2]
+    assert len(written[0]) == 1200
 
 
 def test_bulk_jids_are_fresh_24_hex_in_order(config: Config, r: redis.Redis) -> None:
