@@ -29,6 +29,7 @@ module Bench
 
   def self.redis_options
     options = { url: ENV.fetch("REDIS_URL", "redis://127.0.0.1:6379/0") }
+    options[:size] = Integer(ENV["BENCH_SIDEKIQ_POOL"]) if ENV["BENCH_SIDEKIQ_POOL"]
     if ENV["BENCH_SIDEKIQ_DRIVER"] == "hiredis"
       require "hiredis"
       require "redis/connection/hiredis"

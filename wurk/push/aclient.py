@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from wurk.core.logging import get_logger
 from wurk.core.threads import describe
-from wurk.push import batch_step, middleware, prepare
+from wurk.push import batch_step, bulk_template, middleware, prepare
 from wurk.push.abuffered import AsyncPushBuffer
 from wurk.push.buffered import PendingPush
 from wurk.push.confirmed import ConfirmedPush, ConfirmedWriter, PushNotConfirmedError
@@ -131,23 +131,35 @@ class AsyncClient:
         """Push many jobs of one class, as :meth:`wurk.Client.push_bulk`."""
         now = time.time()
         jids: list[str] = []
+        if bulk_template.applies(item, self._chain()):
+            pushes = bulk_template.slices(item, now, self.config.timestamps)
+            if pushes is not None:
+                for push in pushes:
+                    await self._write(push)
+                    jids += push.jids
+                    await asyncio.sleep(0)  # let the loop's other tasks run between slices
+                return jids
         for items in prepare.bulk_slices(item, now, self.config.timestamps):
             bulk = prepare.BulkSlice()
             for one in items:
-                bulk.add(self._through_middleware(self._normalise(one, now), now))
+                bulk.add(self._through_middleware(self._normalise(one, now, checked=True), now))
             jids += bulk.jids(await self._admit_and_write(bulk.batch))
             # A thousand jobs of CPU work: let the loop's other tasks run between slices.
             await asyncio.sleep(0)
         return jids
 
-    def _normalise(self, item: Mapping[str, Any], now: float) -> Prepared:
-        return prepare.normalise(item, now, self.config.timestamps)
+    def _normalise(self, item: Mapping[str, Any], now: float, *,
+                   checked: bool = False) -> Prepared:
+        return prepare.normalise(item, now, self.config.timestamps, checked=checked)
 
     def _sync_pool(self) -> RedisPool:
         return pool_for(self.config)
 
+    def _chain(self) -> Sequence[ClientMiddleware]:
+        return self.config.client_middleware if self._middleware is None else self._middleware
+
     def _through_middleware(self, prepared: Prepared, now: float) -> Prepared | str | None:
-        chain = self.config.client_middleware if self._middleware is None else self._middleware
+        chain = self._chain()
         # The chain is sync, and gets the sync pool: a middleware that uses it blocks the loop.
         return prepare.through_middleware(chain, prepared, now, self.config.timestamps,
                                           self._sync_pool() if chain else None,

@@ -29,9 +29,9 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from wurk.push import batch_step, middleware, prepare
+from wurk.push import batch_step, bulk_template, middleware, prepare
 from wurk.push.buffered import PendingPush, PushBuffer
-from wurk.push.confirmed import ConfirmedWriter, PushNotConfirmedError
+from wurk.push.confirmed import ConfirmedPush, ConfirmedWriter, PushNotConfirmedError
 from wurk.push.prepare import BULK_BATCH, Prepared
 from wurk.push.spool import Destination
 from wurk.push.spool_drain import drain_at_start
@@ -135,6 +135,10 @@ class Client:
         written: one that raises leaves the earlier thousands pushed.
         """
         now = time.time()
+        if bulk_template.applies(item, self._chain()):
+            pushes = bulk_template.slices(item, now, self.config.timestamps)
+            if pushes is not None:
+                return [jid for push in pushes for jid in self._write(push)]
         jids: list[str] = []
         for items in prepare.bulk_slices(item, now, self.config.timestamps):
             bulk = prepare.BulkSlice()
@@ -142,7 +146,8 @@ class Client:
             sent = False
             try:
                 for one in items:
-                    bulk.add(self._through_middleware(self.normalise(one, now), now))
+                    bulk.add(self._through_middleware(self.normalise(one, now, checked=True),
+                                                      now))
                 batch = middleware.admit(bulk.batch, lambda: self.pool, self._skip)
                 if batch:
                     sent = True
@@ -155,8 +160,8 @@ class Client:
         return jids
 
     # -- building payloads ----------------------------------------------
-    def normalise(self, item: Mapping[str, Any], now: float) -> Prepared:
-        return prepare.normalise(item, now, self.config.timestamps)
+    def normalise(self, item: Mapping[str, Any], now: float, *, checked: bool = False) -> Prepared:
+        return prepare.normalise(item, now, self.config.timestamps, checked=checked)
 
     def prepared(self, item: Mapping[str, Any]) -> Prepared | str | None:
         """``item`` as a push would write it, through the client middleware (None:
@@ -165,31 +170,39 @@ class Client:
         now = time.time()
         return self._through_middleware(self.normalise(item, now), now)
 
+    def _chain(self) -> Sequence[ClientMiddleware]:
+        return self.config.client_middleware if self._middleware is None else self._middleware
+
     def _through_middleware(self, prepared: Prepared, now: float) -> Prepared | str | None:
-        chain = self.config.client_middleware if self._middleware is None else self._middleware
-        return prepare.through_middleware(chain, prepared, now, self.config.timestamps,
+        return prepare.through_middleware(self._chain(), prepared, now, self.config.timestamps,
                                           self.pool, resume=self.push)
 
     # -- writing ----------------------------------------------------------
     def _write_mixed(self, batch: Sequence[Prepared]) -> None:
-        if self.confirmed is not None:
-            self._write_confirmed(self.confirmed, batch)
-            return
         content = prepare.as_push(batch)
-        if self.buffer is None and any(BATCH_FIELD in p for p, _ in batch):
+        if (self.buffer is None and self.confirmed is None
+                and any(BATCH_FIELD in p for p, _ in batch)):
             batch_step.write(content, (p for p, _ in batch), self.pool)
             return
+        self._write(content)
+
+    def _write(self, content: ConfirmedPush) -> tuple[str, ...]:
+        """Write jobs no built-in step counts; returns their jids."""
+        jids = content.jids
+        if self.confirmed is not None:
+            self._write_confirmed(self.confirmed, content)
+            return jids
         commands, idempotent = prepare.plain_commands(content)
         if self.buffer is None:
             self.pool.pipeline(commands, idempotent=idempotent)
         else:
             self.buffer.send(PendingPush(
                 lambda attempts: self.pool.pipeline(commands, idempotent=idempotent,
-                                                    attempts=attempts), content.jids,
+                                                    attempts=attempts), jids,
                 content=content))
+        return jids
 
-    def _write_confirmed(self, writer: ConfirmedWriter, batch: Sequence[Prepared]) -> None:
-        push = prepare.as_push(batch)
+    def _write_confirmed(self, writer: ConfirmedWriter, push: ConfirmedPush) -> None:
         if self.buffer is not None:
             # An unconfirmed push waits in the buffer, which sends it again
             # (a no-op where it already landed) until replicas confirm it.

@@ -26,7 +26,7 @@ from wurk.push.confirmed import ConfirmedPush, QueuedJob
 from wurk.push.time_options import stamp_expiry
 from wurk.settings.hooks import ClientMiddleware
 from wurk.wire import keys
-from wurk.wire.payload import check_args, dumps, new_jid, now_stamp, score
+from wurk.wire.payload import ArgumentError, check_args, dumps, new_jid, now_stamp, score
 
 if TYPE_CHECKING:
     from wurk.push.options import JobOptions
@@ -49,14 +49,17 @@ def job_item(name: str, args: list[Any], options: JobOptions, *,
     return item
 
 
-def normalise(item: Mapping[str, Any], now: float, timestamps: str) -> Prepared:
+def normalise(item: Mapping[str, Any], now: float, timestamps: str, *,
+              checked: bool = False) -> Prepared:
+    """``checked``: the args were already checked (a bulk push checks them whole)."""
     cls = item.get("class")
     if not isinstance(cls, str) or not cls:
         raise TypeError(f"job 'class' must be a non-empty string, got {cls!r}")
     args = item.get("args", [])
     if not isinstance(args, list):
         raise TypeError(f"job 'args' must be a list, got {type(args).__name__}")
-    check_args(args)
+    if not checked:
+        check_args(args)
     queue = item.get("queue", "default")
     if not isinstance(queue, str) or not queue:
         raise TypeError(f"job 'queue' must be a non-empty string, got {queue!r}")
@@ -105,6 +108,12 @@ def bulk_slices(item: Mapping[str, Any], now: float,
                 timestamps: str) -> Iterator[list[dict[str, Any]]]:
     """Check a ``push_bulk`` item whole (a bad job pushes nothing), then yield
     the per-job items of each slice of :data:`BULK_BATCH`."""
+    all_args, ats = check_bulk(item)
+    return _slices(item, all_args, ats, now_stamp(timestamps, now))
+
+
+def check_bulk(item: Mapping[str, Any]) -> tuple[list[list[Any]], Any]:
+    """A ``push_bulk`` item's argument lists and ``at``, every job checked."""
     all_args = item.get("args")
     if not isinstance(all_args, list) or not all(isinstance(a, list) for a in all_args):
         raise TypeError("push_bulk needs 'args' as a list of argument lists")
@@ -113,23 +122,39 @@ def bulk_slices(item: Mapping[str, Any], now: float,
         raise ValueError("push_bulk 'at' list must have one time per job")
     name = str(item.get("class"))
     for i, args in enumerate(all_args):
-        check_args(args, f"args[{i}]")
-        signatures.check(name, args, f" in args[{i}]")
-    return _slices(item, all_args, ats, now_stamp(timestamps, now))
+        try:
+            check_args(args)
+            signatures.check(name, args)
+        except ArgumentError:
+            # Checked again to name the job in the message: building that
+            # name for every job cost as much as the checks.
+            check_args(args, f"args[{i}]")
+            signatures.check(name, args, f" in args[{i}]")
+            raise
+    return all_args, ats
+
+
+def bulk_shared(item: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields every job of a ``push_bulk`` item shares."""
+    return {k: v for k, v in item.items() if k not in ("args", "at", "jid")}
+
+
+def bulk_item(shared: dict[str, Any], args: list[Any], at: Any,
+              created: Any) -> dict[str, Any]:
+    """One job's item of a bulk push (``at``: its own time, or None)."""
+    one = {**shared, "args": args}
+    if at is not None:
+        one["at"] = at
+    one.setdefault("created_at", created)
+    return one
 
 
 def _slices(item: Mapping[str, Any], all_args: list[list[Any]], ats: Any,
             created: Any) -> Iterator[list[dict[str, Any]]]:
-    shared = {k: v for k, v in item.items() if k not in ("args", "at", "jid")}
+    shared = bulk_shared(item)
     for start in range(0, len(all_args), BULK_BATCH):
-        items = []
-        for i in range(start, min(start + BULK_BATCH, len(all_args))):
-            one = {**shared, "args": all_args[i]}
-            if ats is not None:
-                one["at"] = ats[i] if isinstance(ats, list) else ats
-            one.setdefault("created_at", created)
-            items.append(one)
-        yield items
+        yield [bulk_item(shared, all_args[i], ats[i] if isinstance(ats, list) else ats, created)
+               for i in range(start, min(start + BULK_BATCH, len(all_args)))]
 
 
 class BulkSlice:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import secrets
 import time
@@ -34,11 +35,39 @@ def new_jid() -> str:
     return secrets.token_hex(12)
 
 
+def new_jids(count: int) -> list[str]:
+    """``count`` jids as :func:`new_jid` makes them, from one read of the OS's randomness."""
+    text = os.urandom(12 * count).hex()
+    return [text[start:start + 24] for start in range(0, 24 * count, 24)]
+
+
 def dumps(obj: Any) -> str:
     """JSON as Ruby's ``JSON.generate`` writes it, so Sidekiq's re-dump of a
     member it read from a sorted set finds the same bytes (see ruby_floats)."""
-    return with_ruby_floats(
-        json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False))
+    return with_ruby_floats(compact_json(obj))
+
+
+# ``json.dumps`` with options builds a JSONEncoder, and the encoder a C
+# encoder, on every call: most of the cost of serialising a small payload.
+# Both are built once here. The shared C encoder keeps no circular-reference
+# marks (a dict of ids shared between threads would see another thread's
+# objects); a structure it cannot finish is handed to the stock encoder,
+# which raises what json.dumps always raised.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+_make_c_encoder = getattr(json.encoder, "c_make_encoder", None)
+_c_encode = (None if _make_c_encoder is None else _make_c_encoder(
+    None, _ENCODER.default, json.encoder.encode_basestring, None, ":", ",", False, False,
+    False))
+
+
+def compact_json(obj: Any) -> str:
+    """``json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False)``."""
+    if _c_encode is None:
+        return _ENCODER.encode(obj)
+    try:
+        return "".join(_c_encode(obj, 0))
+    except RecursionError:
+        return _ENCODER.encode(obj)  # circular ("Circular reference detected") or too deep
 
 
 def with_ruby_floats(text: str) -> str:
@@ -127,17 +156,20 @@ def loads_job(raw: str | bytes) -> dict[str, Any]:
     return job
 
 
+# Exact types that need no look inside: most arguments, skipped without a call.
+_PLAIN = frozenset({str, int, bool, type(None)})
+
+
 def check_args(args: Any, where: str = "args") -> None:
     """Refuse anything JSON cannot carry unchanged; name the offending argument."""
+    if isinstance(args, list):
+        _check_items(args, where)
+        return
     if args is None or isinstance(args, bool | str | int):
         return
     if isinstance(args, float):
         if not math.isfinite(args):
             raise ArgumentError(f"{where} is {args!r}, which JSON cannot carry")
-        return
-    if isinstance(args, list):
-        for i, item in enumerate(args):
-            check_args(item, f"{where}[{i}]")
         return
     if isinstance(args, dict):
         for key, value in args.items():
@@ -149,6 +181,12 @@ def check_args(args: Any, where: str = "args") -> None:
         f"{where} is a {type(args).__name__} ({args!r:.60}); job arguments must be "
         "JSON-native: str, int, float, bool, None, list or dict with str keys"
     )
+
+
+def _check_items(items: list[Any], where: str) -> None:
+    for i, item in enumerate(items):
+        if type(item) not in _PLAIN:
+            check_args(item, f"{where}[{i}]")
 
 
 def now_stamp(fmt: str, now: float | None = None) -> float | int:
