@@ -69,6 +69,13 @@ def test_the_lines_are_the_chains_lines_key_order_included(
     assert start["pid"] == os.getpid() and start["slot"] == "default" and start["index"] == 1
 
 
+def test_a_jid_that_is_not_a_string_is_rendered_as_the_chain_renders_it(
+        our_pipeline: None, capfd: pytest.CaptureFixture[str]) -> None:
+    ours, chain, _ = lines_both_ways({**CONTEXT, "jid": None, "tid": "\u2028\x00"}, capfd)
+    assert ours[0]["jid"] is None and ours[0]["tid"] == "\u2028\x00"
+    assert [list(line) for line in ours] == [list(line) for line in chain]
+
+
 def test_a_change_of_process_fields_shows_in_the_next_line(
         our_pipeline: None, capfd: pytest.CaptureFixture[str]) -> None:
     lines_both_ways(CONTEXT, capfd)

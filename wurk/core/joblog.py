@@ -17,6 +17,7 @@ to redact), the lines go through the ordinary logger instead.
 
 from __future__ import annotations
 
+from json.encoder import encode_basestring_ascii as _escape
 from typing import Any
 
 import structlog
@@ -42,21 +43,19 @@ class _SlowLines:
 
 
 class _FastLines:
-    __slots__ = ("_head",)
+    __slots__ = ("_head", "_tail")
 
-    def __init__(self, head: str) -> None:
-        self._head = head  # '{"jid": ..., "tid": "..."' with no closing brace
+    def __init__(self, head: str, tail: str) -> None:
+        self._head = head  # '{"jid": ..., "tid": "..."': the object's start, the job's fields
+        self._tail = tail  # the process's fields, the level, and the timestamp's key
 
     def start(self) -> None:
-        self._write(', "event": "job.start"')
+        SINK.write(f'{self._head}, "event": "job.start"{self._tail}{wlog.timestamp()}"}}\n'
+                   .encode("utf-8", "replace"))
 
     def done(self, elapsed: float) -> None:
-        self._write(f', "elapsed": {float(elapsed)!r}, "event": "job.done"')
-
-    def _write(self, middle: str) -> None:
-        line = (f'{self._head}{middle}{_process_part()}, "level": "info", '
-                f'"timestamp": "{wlog.timestamp()}"}}\n')
-        SINK.write(line.encode("utf-8", "replace"))
+        SINK.write(f'{self._head}, "elapsed": {float(elapsed)!r}, "event": "job.done"'
+                   f'{self._tail}{wlog.timestamp()}"}}\n'.encode("utf-8", "replace"))
 
 
 JobLines = _SlowLines | _FastLines
@@ -64,7 +63,8 @@ JobLines = _SlowLines | _FastLines
 # The process's fields as the tail of a JSON object (', "pid": 12, ...'),
 # rendered again whenever they change (a fork, a swarm child's slot).
 _process_cache: tuple[dict[str, Any], str] = ({}, "")
-_RESERVED = frozenset(("jid", "class", "queue", "tid", "elapsed", "event", "level", "timestamp"))
+_FIELDS = frozenset(("jid", "class", "queue", "tid"))
+_RESERVED = _FIELDS | {"elapsed", "event", "level", "timestamp"}
 
 
 def job_lines(log: wlog.Logger, context: dict[str, Any]) -> JobLines | None:
@@ -75,25 +75,33 @@ def job_lines(log: wlog.Logger, context: dict[str, Any]) -> JobLines | None:
     if not wlog.enabled("info"):
         return None
     renderer = wlog.json_renderer()
-    if (renderer is None or set(context) != {"jid", "class", "queue", "tid"}
+    if (renderer is None or context.keys() != _FIELDS
             or structlog.contextvars.get_contextvars()):
         return _SlowLines(log, context)
-    head = renderer(None, "info", context)
+    head = _head(renderer, context)
     if "://" in head:  # a class or queue name that holds a URL: the chain redacts it
         return _SlowLines(log, context)
-    return _FastLines(head[:-1])
+    return _FastLines(head[:-1], f'{_process_part(renderer)}, "level": "info", "timestamp": "')
 
 
-def _process_part() -> str:
+def _head(renderer: wlog.JsonRenderer, context: dict[str, Any]) -> str:
+    """The job's fields as the renderer writes them (``{"jid": "...", ...}``):
+    four strings escaped directly, which is what nearly every job has."""
+    jid, cls, queue, tid = context["jid"], context["class"], context["queue"], context["tid"]
+    if type(jid) is str and type(cls) is str and type(queue) is str and type(tid) is str:
+        return (f'{{"jid": {_escape(jid)}, "class": {_escape(cls)}, '
+                f'"queue": {_escape(queue)}, "tid": {_escape(tid)}}}')
+    return renderer(None, "info", {"jid": jid, "class": cls, "queue": queue, "tid": tid})
+
+
+def _process_part(renderer: wlog.JsonRenderer) -> str:
     global _process_cache  # noqa: PLW0603 - one (fields, text) pair, replaced whole
     fields = wlog.process_fields()
     cached, text = _process_cache
     if fields != cached:
         # As the chain's setdefault: a field an event carries is not overwritten.
         own = {k: v for k, v in fields.items() if k not in _RESERVED}
-        renderer = wlog.json_renderer()
-        text = ""
-        if own and renderer is not None:
-            text = ", " + renderer(None, "info", wlog.redact_urls(None, "info", own))[1:-1]
+        text = ", " + renderer(None, "info", wlog.redact_urls(None, "info", own))[1:-1] \
+            if own else ""
         _process_cache = (dict(fields), text)
     return text
