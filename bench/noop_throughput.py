@@ -154,11 +154,25 @@ def enqueue(url: str, jobs: int) -> float:
 
 # Runs a module as __main__ with wurk and supervisor from PYTHONPATH: a venv's
 # editable install of wurk puts a finder on sys.meta_path that would win over
-# PYTHONPATH, and --tree would then run this tree's code under another name.
+# PYTHONPATH, and so would the working directory ``-c`` puts first on
+# sys.path; --tree would then run this tree's code under another name.
 BOOT = ("import runpy, sys; "
+        "sys.path[:] = [p for p in sys.path if p != '']; "
         "sys.meta_path[:] = [f for f in sys.meta_path if '__editable__' not in "
         "getattr(f, '__module__', '') + getattr(type(f), '__module__', '')]; "
         "module = sys.argv.pop(1); runpy.run_module(module, run_name='__main__', alter_sys=True)")
+
+
+def check_tree(tree: Path, url: str) -> None:
+    """Fail unless a worker started for ``tree`` imports wurk from that tree."""
+    variant = Variant(tree=tree)
+    code = BOOT.split("module = ", maxsplit=1)[0] + "import wurk; print(wurk.__file__)"
+    with tempfile.TemporaryDirectory() as scratch:
+        found = subprocess.run([sys.executable, "-c", code], cwd=scratch, check=True,
+                               env=worker_env(url, variant), capture_output=True,
+                               text=True).stdout.strip()
+    if Path(found).resolve() != (tree / "wurk" / "__init__.py").resolve():
+        raise SystemExit(f"--tree {tree}: a worker would import wurk from {found}")
 
 
 def worker_command(concurrency: int, variant: Variant, scratch: Path) -> list[str]:
@@ -205,7 +219,7 @@ def drain(server: Server, jobs: int, concurrency: int, timeout: float,
     try:
         with log_path.open("wb") as log_file:
             started = time.perf_counter()
-            worker = subprocess.Popen(worker_command(concurrency, variant, scratch), cwd=ROOT,
+            worker = subprocess.Popen(worker_command(concurrency, variant, scratch), cwd=scratch,
                                       env=worker_env(server.url, variant), stderr=log_file)
             try:
                 first, last, peak = watch(worker, r, jobs, started + timeout)
@@ -394,6 +408,8 @@ def main() -> int:
     kinds = variants(args)
     results: dict[Variant, list[Result]] = {kind: [] for kind in kinds}
     with redis_server() as server:
+        for tree in args.trees:
+            check_tree(tree, server.url)
         for n in range(1, args.runs + 1):
             # Alternate the order (ABBA), so drift in the machine's load is shared.
             for kind in kinds if n % 2 else kinds[::-1]:
