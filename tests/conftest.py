@@ -204,6 +204,13 @@ def _logging_restored() -> Iterator[None]:
     wlog._chain, wlog._renderer = fast
 
 
+@pytest.fixture
+def our_pipeline() -> None:
+    """This process logs as a wurk entry point does (info, JSON lines);
+    ``_logging_restored`` puts the test's logging back afterwards."""
+    wlog.setup("info", "json")
+
+
 def fill_to_maxmemory(client: redis.Redis) -> None:
     """Fill Redis (``noeviction``) until writes fail, then set maxmemory below
     what it holds, so that every write that may grow memory is refused."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -23,20 +22,6 @@ from wurk.core import logging as wlog
 
 CONTEXT = {"jid": "0123456789abcdef01234567", "class": "Mod::Jöb", "queue": "q\"1",
            "tid": "abc"}
-
-
-@pytest.fixture
-def our_pipeline() -> Iterator[None]:
-    saved = structlog.get_config()
-    fields = dict(wlog.process_fields())
-    try:
-        wlog.setup("info", "json")
-        yield
-    finally:
-        wlog.flush()
-        structlog.configure(**saved)
-        wlog.process_fields().clear()
-        wlog.process_fields().update(fields)
 
 
 def lines_both_ways(context: dict[str, Any], capfd: pytest.CaptureFixture[str],

@@ -16,7 +16,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -235,17 +234,6 @@ def test_an_exception_in_the_middle_of_a_flush_loses_no_line() -> None:
     sink._put = put  # type: ignore[method-assign]
     sink.flush()
     assert b"".join(sink.writes) == b"".join(lines)  # each line once, in order
-
-
-@pytest.fixture
-def our_pipeline() -> Iterator[None]:
-    saved = structlog.get_config()
-    try:
-        wlog.setup("info", "json")
-        yield
-    finally:
-        wlog.flush()
-        structlog.configure(**saved)
 
 
 def test_the_fast_path_writes_the_line_structlogs_chain_writes(
