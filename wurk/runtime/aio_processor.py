@@ -193,6 +193,9 @@ async def run_chain(chain: Sequence[ServerMiddleware], job: dict[str, Any], queu
     """The job's middleware chain and the job, awaited in this task; the job's value."""
     token = middleware._current.set(job)  # this task's own context
     try:
+        if not chain:  # the job's own coroutine, with no frames of ours around it
+            outcome = entry.factory(job)(*job["args"])
+            return await outcome if inspect.isawaitable(outcome) else outcome
         return await _step(chain, 0, job, queue, lambda: _perform(entry, job))
     finally:
         middleware._current.reset(token)
