@@ -78,6 +78,8 @@ class AsyncProcessor(Processor):
                                       "bookkeeping")
         self._observed = metrics.for_config(config)
         self.hard_limits = aio_limits.HardWatch(self.timer)
+        self._chain_seen: tuple[int, ...] = ()
+        self._chain_async = False
 
     def stop_pools(self) -> None:
         self.hard_limits.stop()
@@ -104,8 +106,16 @@ class AsyncProcessor(Processor):
         return await self._native_run(job, work, slot, entry)
 
     def _native(self, job: dict[str, Any], entry: Registered) -> bool:
-        return (entry.coroutine and "profile" not in job
-                and all_async(self.config.server_middleware))
+        return entry.coroutine and "profile" not in job and self._chain_is_async()
+
+    def _chain_is_async(self) -> bool:
+        """Whether every server middleware is async, looked at again only when
+        the chain changes (one may be added after the worker started)."""
+        chain = self.config.server_middleware
+        seen = (id(chain), len(chain), *map(id, chain))
+        if seen != self._chain_seen:
+            self._chain_seen, self._chain_async = seen, all_async(chain)
+        return self._chain_async
 
     async def _native_run(self, job: dict[str, Any], work: UnitOfWork, slot: str,
                           entry: Registered) -> Settle | None:
