@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import redis
 from faultproxy import FaultProxy
+from fetching import private_lists
 from waiting import wait_for
 
 import wurk
@@ -395,3 +396,36 @@ def test_a_redis_outage_loses_no_running_coroutine(
     wait_for(lambda: not [k for k in r.keys("wurk:wip:*") if r.type(k) == "list" and r.llen(k)],
              timeout=20)
     assert r.zcard("dead") == 0
+
+
+def test_plain_successes_settle_on_the_loop_and_the_rest_on_bookkeeping(
+        config: Config, launch_with: Launch, define: Define, rb: redis.Redis) -> None:
+    cfg = asyncio_config(config, executor="asyncio", concurrency=100, reliable_fetch=True)
+
+    async def plain(n: int) -> int:
+        await asyncio.sleep(0.001)
+        return n
+
+    async def kept(n: int) -> int:
+        await asyncio.sleep(0.001)
+        return n * n
+
+    async def single(n: int) -> None:
+        await asyncio.sleep(0.001)
+
+    plain_job = define(plain)
+    kept_job = define(kept, store_result=True, result_ttl=60)
+    unique_job = define(single, unique_for=60)
+    for n in range(200):
+        plain_job.perform_async(n)
+    kept_jids = [kept_job.perform_async(n) for n in range(20)]
+    unique_job.perform_async(1)
+    launcher = launch_with(cfg)
+    wait_for(lambda: int(rb.get("stat:processed") or 0) == 221, timeout=30)
+    # Every run was acknowledged (nothing left in our private lists), each
+    # result written, and the unique lock released on success.
+    wait_for(lambda: not any(rb.llen(key) for key in private_lists(rb, launcher.identity)),
+             what="every ack flushed")
+    assert [wurk.result(jid, timeout=10) for jid in kept_jids] == [n * n for n in range(20)]
+    assert unique_job.perform_async(1) is not None
+    assert int(rb.get("stat:failed") or 0) == 0

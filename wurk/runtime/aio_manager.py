@@ -15,7 +15,8 @@ Duties:
    open. Fetched jobs go to the process's loop (``wurk.runtime.aio``),
    where each becomes a task (:meth:`AsyncProcessor.process_async`) under
    a slot of its own in the in-flight table, which the heartbeat reports;
-   a job's settlement runs on a bookkeeping thread, and only then is its
+   a job's settlement runs on a bookkeeping thread (a plain success's on
+   the loop: see ``wurk.runtime.aio_processor``), and only then is its
    place free. One wake-up of the loop carries every job handed over
    meanwhile, and one hand-off to a bookkeeping thread every settlement of
    a pass of the loop. A process never holds more than ``concurrency``

@@ -25,7 +25,12 @@ Duties:
    bookkeeping threads, and its settlement (success: the result, batch and
    acknowledgement; failure: error handlers, retry plan, atomic settle) is
    returned for the manager to run there, many at a time; a Redis outage
-   stalls only the jobs that must wait for it.
+   stalls only the jobs that must wait for it. A plain success (no result,
+   batch or unique lock to write) whose acknowledgement waits for the next
+   claim has no round trip to make: it settles on the loop, saving the
+   hand-off (while reliable fetch's fetcher blocks or stops, an ack is a
+   round trip of its own, and goes to a bookkeeping thread; basic fetch
+   has nothing to acknowledge).
 4. A stop cancels the task: its outcome is dropped (the in-flight table
    shows the stop took the job), as a thread's is.
 """
@@ -48,6 +53,7 @@ from wurk.runtime import aio, aio_limits, batch, middleware, results, time_limit
 from wurk.runtime.aio_pool import ThreadPool
 from wurk.runtime.processor import Processor
 from wurk.settings import config as config_module
+from wurk.wire import batch as batch_wire
 from wurk.wire import unique as unique_wire
 from wurk.wire.payload import PayloadError, loads_job
 
@@ -132,8 +138,23 @@ class AsyncProcessor(Processor):
         failure, value = await self._execute_native(job, work, slot, entry, limits)
         batch.stopped(running)
         if failure is None:
+            if self._settled_here(job, work, slot):
+                return None
             return functools.partial(self._succeeded_with, job, work, slot, value)
         return functools.partial(self._failed_and_done, job, work, slot, failure, entry)
+
+    def _settled_here(self, job: dict[str, Any], work: UnitOfWork, slot: str) -> bool:
+        """Settle a plain success on the loop when that needs no Redis round
+        trip (no result, batch or unique lock to write, and an ack that waits
+        for the next claim): it saves the hand-off to a bookkeeping thread."""
+        if (results.TTL in job or batch_wire.FIELD in job or unique_wire.LOCK in job
+                or not self.fetch.acks_wait()):
+            return False
+        if not self.in_flight.finish(slot):  # else requeued by a hard stop: not ours
+            self.counters.record(failed=False)
+            self.fetch.acknowledge(work, job.get("jid") if isinstance(job.get("jid"), str)
+                                   else None)
+        return True
 
     def _succeeded_with(self, job: dict[str, Any], work: UnitOfWork, slot: str,
                         value: Any) -> None:

@@ -90,6 +90,10 @@ class BasicFetch:
     def acknowledge(self, work: UnitOfWork, jid: str | None = None) -> None:
         """Nothing to do: BRPOP already removed the job from Redis."""
 
+    def acks_wait(self) -> bool:
+        """True: an acknowledgement is never a round trip here."""
+        return True
+
     def settle(self, work: UnitOfWork, jid: str | None, settlement: Settlement) -> bool:
         """Write a failed job's entry: BRPOP left no copy to remove."""
         return settle.write(self.config, settlement)

@@ -157,6 +157,12 @@ class ReliableFetch:
         if direct:
             self._flush_acks()
 
+    def acks_wait(self) -> bool:
+        """Whether an acknowledgement now waits for the next claim (no round
+        trip of its own): not while the fetcher blocks or stops. Read without
+        the lock: a stale answer only means one ack is flushed at once."""
+        return not (self._blocking or self._stopping)
+
     def settle(self, work: UnitOfWork, jid: str | None, settlement: Settlement) -> bool:
         """Remove this run's copy and write the failed job's entry, in one script."""
         settled = settle.write(self.config, settlement, keys.wip(self.identity, work.queue),
