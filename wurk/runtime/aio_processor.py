@@ -150,10 +150,7 @@ class AsyncProcessor(Processor):
         if (results.TTL in job or batch_wire.FIELD in job or unique_wire.LOCK in job
                 or not self.fetch.acks_wait()):
             return False
-        if not self.in_flight.finish(slot):  # else requeued by a hard stop: not ours
-            self.counters.record(failed=False)
-            self.fetch.acknowledge(work, job.get("jid") if isinstance(job.get("jid"), str)
-                                   else None)
+        self._succeeded(job, work, slot)  # with none of those fields: no Redis call
         return True
 
     def _succeeded_with(self, job: dict[str, Any], work: UnitOfWork, slot: str,
