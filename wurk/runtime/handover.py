@@ -50,37 +50,13 @@ class HandOver:
     def take(self) -> UnitOfWork | None:
         """A processor's next job, waiting up to the fetch timeout; None when
         the fetch is closed (checked under the lock) or nothing came."""
-        try:
-            work = self._ready.get_nowait()
-        except queue.Empty:
-            return self._wait()
-        with self._lock:
-            self.pending -= work is not None
-        return work
-
-    def _wait(self) -> UnitOfWork | None:
-        with self._lock:
-            if self._closed():
-                return None
-            self.waiting += 1
-            self._wake.notify()
-        work = None
-        try:
-            work = self._ready.get(timeout=self._timeout)
-        except queue.Empty:
-            pass
-        finally:
-            with self._lock:
-                # Both at once: the fetcher must never see this thread gone
-                # while its job still counts as on its way, or the reverse.
-                self.waiting -= 1
-                if work is not None:
-                    self.pending -= 1
-        return work
+        works = self.take_many(1)
+        return works[0] if works else None
 
     def take_many(self, most: int) -> list[UnitOfWork]:
         """Up to ``most`` jobs for one taker that stands for ``most`` waiting
-        threads (the asyncio executor's feeder): what is ready at once, else
+        threads (a processor thread takes one; the asyncio executor's feeder
+        takes every free place's): what is ready at once, else
         what one claim brings, waiting up to the fetch timeout for its first
         job. Empty when the fetch is closed or nothing came. A stop's wake-up
         (None) ends the taking."""
@@ -97,6 +73,8 @@ class HandOver:
             pass
         finally:
             with self._lock:
+                # Both at once: the fetcher must never see this taker gone
+                # while its jobs still count as on their way, or the reverse.
                 self.waiting -= most
                 if first is not None:
                     self.pending -= 1
