@@ -149,41 +149,36 @@ def _script(env: Env, name: str, module: str) -> list[str]:
     return [str(path)] if path.exists() else [env.python, "-m", module]
 
 
-def _wurk_swarm(env: Env, shape: str) -> list[list[str]]:
-    topology = env.scratch / "topology.toml"
-    topology.write_text(
+def _swarm_topology(env: Env, path: Path, module: str, *slot_lines: str) -> Path:
+    """A topology of one slot of 2 children running ``module``'s job, reliable fetch."""
+    path.write_text(
         "[wurk]\n"
-        'require = ["bench.peers.wurk_jobs"]\n'
+        f'require = ["{module}"]\n'
         f'redis_url = "{env.url}"\n'
         "reliable_fetch = true\n"
         'log_level = "warning"\n'
         "\n[[slot]]\n"
         'name = "bench"\n'
         "count = 2\n"
-        "concurrency = 10\n"
         'queues = ["default"]\n'
+        + "".join(line + "\n" for line in slot_lines)
     )
+    return path
+
+
+def _wurk_swarm(env: Env, shape: str) -> list[list[str]]:
+    topology = _swarm_topology(env, env.scratch / "topology.toml", "bench.peers.wurk_jobs",
+                               "concurrency = 10")
     return [[*_script(env, "wurk-swarm", "supervisor.cli"), "--topology", str(topology)]]
 
 
 def _wurk_aio(redis_client: str) -> Callable[[Env, str], list[list[str]]]:
     """A swarm of 2 asyncio children; the job's INCR on plain redis-py or redis.asyncio."""
     def build(env: Env, shape: str) -> list[list[str]]:
-        topology = env.scratch / f"topology-aio-{redis_client}.toml"
-        topology.write_text(
-            "[wurk]\n"
-            'require = ["bench.peers.wurk_aio_jobs"]\n'
-            f'redis_url = "{env.url}"\n'
-            "reliable_fetch = true\n"
-            'log_level = "warning"\n'
-            "\n[[slot]]\n"
-            'name = "bench"\n'
-            "count = 2\n"
-            f"concurrency = {AIO_CONCURRENCY}\n"
-            'executor = "asyncio"\n'
-            'queues = ["default"]\n'
-            f'env = {{ BENCH_AIO_REDIS = "{redis_client}" }}\n'
-        )
+        topology = _swarm_topology(
+            env, env.scratch / f"topology-aio-{redis_client}.toml", "bench.peers.wurk_aio_jobs",
+            f"concurrency = {AIO_CONCURRENCY}", 'executor = "asyncio"',
+            f'env = {{ BENCH_AIO_REDIS = "{redis_client}" }}')
         return [[*_script(env, "wurk-swarm", "supervisor.cli"), "--topology", str(topology)]]
     return build
 
