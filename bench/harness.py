@@ -1095,6 +1095,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--wurk-ref", metavar="GIT_REF",
                         help="run wurk from this commit (git archive into a temp dir) instead of "
                              "the work tree, e.g. HEAD while others edit the tree")
+    parser.add_argument("--extra-incrs", type=int, default=0, metavar="N",
+                        help="every system's job INCRs another key N times before its "
+                             "counted INCR: the difference between N=0 and N=1 is what one "
+                             "such call costs inside each worker (default 0)")
     parser.add_argument("--no-monitor", action="store_true",
                         help="skip the MONITOR pass (no top-level calls/job for Lua users)")
     parser.add_argument("--peers-venv", type=Path, default=PEERS_VENV,
@@ -1144,7 +1148,7 @@ def prepare(systems: list[System], args: argparse.Namespace, server: Server, scr
     return sorted(ready, key=lambda s: order[s.name]), envs, versions, packages, notes
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = build_parser().parse_args(argv)
     if args.quick:
         args.systems, args.shape, args.runs = "wurk", "noop", 1
@@ -1154,6 +1158,16 @@ def main(argv: list[str] | None = None) -> int:
         args.latency_timeout = min(args.latency_timeout, 30.0)
     if args.jobs < 1 or args.runs < 1:
         raise SystemExit("harness: --jobs and --runs must be at least 1")
+    if args.extra_incrs < 0:
+        raise SystemExit("harness: --extra-incrs must be 0 or more")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    # Every system's workers inherit the harness's environment (Env.base_env);
+    # bench/peers/common.py and sidekiq_jobs.rb read it at load.
+    os.environ["BENCH_EXTRA_INCRS"] = str(args.extra_incrs)
     systems = select_systems(args.systems)
     shapes = list(SHAPES) if args.shape == "all" else list(
         dict.fromkeys(x.strip() for x in args.shape.split(",") if x.strip()))
@@ -1194,7 +1208,8 @@ def main(argv: list[str] | None = None) -> int:
     header = (f"wurk harness {stamp}: {args.jobs:,} jobs per drain, {args.runs} round(s), "
               f"latency {args.latency_rate:g} jobs/s for {args.latency_seconds:g} s; "
               f"redis {redis_version}; Python {platform.python_version()}; "
-              f"{psutil.cpu_count()} CPUs; load average at the end {load[0]:.2f}")
+              f"{psutil.cpu_count()} CPUs; load average at the end {load[0]:.2f}"
+              + (f"; {args.extra_incrs} extra INCR(s) per job" if args.extra_incrs else ""))
     print(f"## {header}")
     print(markdown(summary, systems, versions, runs, notes, args.latency_rate))
     json_path.parent.mkdir(parents=True, exist_ok=True)

@@ -19,7 +19,15 @@ from typing import Any
 from arq import create_pool
 from arq.connections import RedisSettings
 
-from bench.peers.common import DONE_KEY, IO_SECONDS, LAT_KEY, cpu_loop, redis_url
+from bench.peers.common import (
+    DONE_KEY,
+    EXTRA_INCRS,
+    EXTRA_KEY,
+    IO_SECONDS,
+    LAT_KEY,
+    cpu_loop,
+    redis_url,
+)
 
 GATHER = 100
 
@@ -32,6 +40,8 @@ async def bench_job(ctx: dict[str, Any], shape: str, ts: float) -> None:
         cpu_loop()
     elif shape == "io":
         await asyncio.sleep(IO_SECONDS)
+    for _ in range(EXTRA_INCRS):
+        await r.incr(EXTRA_KEY)
     await r.incr(DONE_KEY)
 
 

@@ -6,7 +6,11 @@ The job takes two arguments, ``shape`` and ``ts``:
   ``now - ts`` (push-to-start latency, seconds) to ``LAT_KEY``;
 * ``shape`` picks the work: ``noop`` nothing, ``cpu`` a fixed arithmetic loop
   of about 2 ms that holds the GIL, ``io`` ``sleep(0.01)``;
-* then it INCRs ``DONE_KEY``, which the harness polls.
+* then it INCRs ``DONE_KEY``, which the harness polls. With
+  ``BENCH_EXTRA_INCRS=N`` in the environment (``harness.py --extra-incrs``)
+  it first INCRs ``EXTRA_KEY`` N times: running a system with 0 and 1
+  tells what one such call costs inside that system's worker, and so what
+  the framework costs apart from the job.
 
 Only the standard library and redis-py are used here, so the peers'
 virtualenvs (which do not have wurk) can import it.
@@ -22,6 +26,8 @@ import redis
 
 DONE_KEY = "bench:done"
 LAT_KEY = "bench:lat"
+EXTRA_KEY = "bench:extra"
+EXTRA_INCRS = int(os.environ.get("BENCH_EXTRA_INCRS", "0"))
 SHAPES = ("noop", "cpu", "io")
 
 # About 2 ms of CPython 3.11 bytecode on the project's machine (2 vCPU);
@@ -67,6 +73,8 @@ def run_job(shape: str, ts: float) -> None:
     if ts:
         r.rpush(LAT_KEY, time.time() - ts)
     work(shape)
+    for _ in range(EXTRA_INCRS):
+        r.incr(EXTRA_KEY)
     r.incr(DONE_KEY)
 
 

@@ -12,6 +12,9 @@ require "sidekiq"
 module Bench
   DONE_KEY = "bench:done"
   LAT_KEY = "bench:lat"
+  EXTRA_KEY = "bench:extra"
+  # As bench/peers/common.py: INCRs before the counted one (harness --extra-incrs).
+  EXTRA_INCRS = Integer(ENV.fetch("BENCH_EXTRA_INCRS", "0"))
   # Ruby 3.1 runs this loop about 2.4x faster than CPython 3.11, so the count
   # is scaled to take the same ~2 ms as CPU_ITERATIONS = 36 000 in Python.
   CPU_ITERATIONS = 86_000
@@ -60,6 +63,7 @@ class BenchJob
     when "cpu" then Bench.cpu_loop
     when "io" then sleep(Bench::IO_SECONDS)
     end
+    Bench::EXTRA_INCRS.times { Sidekiq.redis { |r| r.incr(Bench::EXTRA_KEY) } }
     Sidekiq.redis { |r| r.incr(Bench::DONE_KEY) }
   end
 end

@@ -23,6 +23,8 @@ import wurk
 from bench.peers import wurk_jobs
 from bench.peers.common import (
     DONE_KEY,
+    EXTRA_INCRS,
+    EXTRA_KEY,
     IO_SECONDS,
     LAT_KEY,
     client,
@@ -69,6 +71,8 @@ class AioBenchJob(wurk.Job, name="AioBenchJob"):
         if ts:
             r.rpush(LAT_KEY, time.time() - ts)
         await _work(shape)
+        for _ in range(EXTRA_INCRS):
+            r.incr(EXTRA_KEY)
         r.incr(DONE_KEY)
 
 
@@ -77,6 +81,8 @@ async def _async_job(shape: str, ts: float) -> None:
     if ts:
         await r.rpush(LAT_KEY, time.time() - ts)
     await _work(shape)
+    for _ in range(EXTRA_INCRS):
+        await r.incr(EXTRA_KEY)
     await r.incr(DONE_KEY)
 
 
