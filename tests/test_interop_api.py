@@ -221,7 +221,12 @@ def test_wurk_api_reads_a_live_ruby_process(config: Config, r: redis.Redis) -> N
                  what="Ruby quiet")
         process.stop()
         assert ruby.proc.wait(15) == 0  # Ruby obeyed TERM from wurk.api and exited cleanly
-    assert list(ProcessSet(config=config)) == []
+    # Sidekiq 6.4 removes itself at exit but leaves its heartbeat thread
+    # running: a beat that lands between that removal and the exit adds the
+    # process back, marked quiet, until its key expires. Either is correct.
+    left = ProcessSet(config=config).get(ruby.identity)
+    assert left is None or left.is_quiet
+    assert [p.identity for p in ProcessSet(config=config)] in ([], [ruby.identity])
     [record] = list(Queue("default", config=config))  # RbSlow, requeued by Ruby's shutdown
     assert (record.jid, record.klass, record.args) == (slow, "RbSlow", [8, "é 日本"])
 
