@@ -84,6 +84,22 @@ def test_values_bound_in_contextvars_are_carried(
     assert [list(line) for line in ours] == [list(line) for line in chain]
 
 
+def test_values_the_job_binds_while_it_runs_are_in_its_done_line(
+        our_pipeline: None, capfd: pytest.CaptureFixture[str]) -> None:
+    log = wlog.get_logger("wurk.test")
+    lines = joblog.job_lines(log, dict(CONTEXT))
+    assert isinstance(lines, joblog._FastLines)  # nothing bound when the job starts
+    lines.start()
+    with structlog.contextvars.bound_contextvars(request="r2"):  # as the job would
+        lines.done(0.25)
+        log.info("job.done", exc_info=None, **CONTEXT, elapsed=0.25)  # the chain's line
+    wlog.flush()
+    start, done, chain = [json.loads(line) for line in capfd.readouterr().err.splitlines()]
+    assert "request" not in start
+    assert done["request"] == "r2" and done["elapsed"] == 0.25
+    assert {**done, "timestamp": ""} == {**chain, "timestamp": ""}
+
+
 def test_capture_logs_sees_both_events(our_pipeline: None) -> None:
     log = wlog.get_logger("wurk.test")
     with capture_logs() as captured:

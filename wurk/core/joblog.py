@@ -43,17 +43,22 @@ class _SlowLines:
 
 
 class _FastLines:
-    __slots__ = ("_head", "_tail")
+    __slots__ = ("_head", "_slow", "_tail")
 
-    def __init__(self, head: str, tail: str) -> None:
+    def __init__(self, head: str, tail: str, slow: _SlowLines) -> None:
         self._head = head  # '{"jid": ..., "tid": "..."': the object's start, the job's fields
         self._tail = tail  # the process's fields, the level, and the timestamp's key
+        self._slow = slow  # for a done line after the job bound values of its own
 
     def start(self) -> None:
         SINK.write(f'{self._head}, "event": "job.start"{self._tail}{wlog.timestamp()}"}}\n'
                    .encode("utf-8", "replace"))
 
     def done(self, elapsed: float) -> None:
+        if structlog.contextvars.get_contextvars():
+            # The job or a middleware bound values (a request id): the chain adds them.
+            self._slow.done(elapsed)
+            return
         SINK.write(f'{self._head}, "elapsed": {float(elapsed)!r}, "event": "job.done"'
                    f'{self._tail}{wlog.timestamp()}"}}\n'.encode("utf-8", "replace"))
 
@@ -75,13 +80,15 @@ def job_lines(log: wlog.Logger, context: dict[str, Any]) -> JobLines | None:
     if not wlog.enabled("info"):
         return None
     renderer = wlog.json_renderer()
+    slow = _SlowLines(log, context)
     if (renderer is None or context.keys() != _FIELDS
             or structlog.contextvars.get_contextvars()):
-        return _SlowLines(log, context)
+        return slow
     head = _head(renderer, context)
     if "://" in head:  # a class or queue name that holds a URL: the chain redacts it
-        return _SlowLines(log, context)
-    return _FastLines(head[:-1], f'{_process_part(renderer)}, "level": "info", "timestamp": "')
+        return slow
+    return _FastLines(head[:-1], f'{_process_part(renderer)}, "level": "info", "timestamp": "',
+                      slow)
 
 
 def _head(renderer: wlog.JsonRenderer, context: dict[str, Any]) -> str:
