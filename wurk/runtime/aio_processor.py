@@ -26,10 +26,9 @@ Duties:
    acknowledgement; failure: error handlers, retry plan, atomic settle) is
    returned for the manager to run there, many at a time; a Redis outage
    stalls only the jobs that must wait for it. A plain success (no result,
-   batch or unique lock to write) whose acknowledgement waits for the next
-   claim has no round trip to make: it settles on the loop, saving the
-   hand-off (while reliable fetch's fetcher blocks or stops, an ack is a
-   round trip of its own, and goes to a bookkeeping thread; basic fetch
+   batch or unique lock to write) settles on the loop, saving the hand-off:
+   its acknowledgement waits for the next claim, or, when reliable fetch's
+   fetcher blocks or stops, is sent from a bookkeeping thread (basic fetch
    has nothing to acknowledge).
 4. A stop cancels the task: its outcome is dropped (the in-flight table
    shows the stop took the job), as a thread's is.
@@ -144,13 +143,14 @@ class AsyncProcessor(Processor):
         return functools.partial(self._failed_and_done, job, work, slot, failure, entry)
 
     def _settled_here(self, job: dict[str, Any], work: UnitOfWork, slot: str) -> bool:
-        """Settle a plain success on the loop when that needs no Redis round
-        trip (no result, batch or unique lock to write, and an ack that waits
-        for the next claim): it saves the hand-off to a bookkeeping thread."""
-        if (results.TTL in job or batch_wire.FIELD in job or unique_wire.LOCK in job
-                or not self.fetch.acks_wait()):
+        """Settle a plain success on the loop (no result, batch or unique lock
+        to write): it saves the hand-off to a bookkeeping thread. Its ack
+        waits for the next claim, or, when it must go at once, is sent from
+        a bookkeeping thread."""
+        if results.TTL in job or batch_wire.FIELD in job or unique_wire.LOCK in job:
             return False
-        self._succeeded(job, work, slot)  # with none of those fields: no Redis call
+        # With none of those fields, no Redis call on this thread.
+        self._succeeded(job, work, slot, send=self.bookkeeping.submit)
         return True
 
     def _succeeded_with(self, job: dict[str, Any], work: UnitOfWork, slot: str,

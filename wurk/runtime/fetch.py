@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from wurk.redis.pools import pool_for
 from wurk.runtime import settle
-from wurk.runtime.work import UnitOfWork
+from wurk.runtime.work import Sender, UnitOfWork
 from wurk.settings.queues import QueuePlan
 from wurk.wire import keys
 
@@ -87,12 +87,9 @@ class BasicFetch:
     def stop(self) -> None:
         """Nothing to hand back: a BRPOP takes one job for a thread that runs it."""
 
-    def acknowledge(self, work: UnitOfWork, jid: str | None = None) -> None:
+    def acknowledge(self, work: UnitOfWork, jid: str | None = None,
+                    send: Sender | None = None) -> None:
         """Nothing to do: BRPOP already removed the job from Redis."""
-
-    def acks_wait(self) -> bool:
-        """True: an acknowledgement is never a round trip here."""
-        return True
 
     def settle(self, work: UnitOfWork, jid: str | None, settlement: Settlement) -> bool:
         """Write a failed job's entry: BRPOP left no copy to remove."""

@@ -64,7 +64,7 @@ from wurk.push.time_options import JobExpiredError
 from wurk.runtime import aio, batch, middleware, overlimit, results, settle, time_limits, unique
 from wurk.runtime.job_timer import JobTimer
 from wurk.runtime.retry import RetryHandler
-from wurk.runtime.work import Settlement
+from wurk.runtime.work import Sender, Settlement
 from wurk.wire.payload import PayloadError, loads_job
 
 if TYPE_CHECKING:
@@ -176,7 +176,8 @@ class Processor:
             lines.done(round(time.perf_counter() - started, 6))
         return None
 
-    def _succeeded(self, job: dict[str, Any], work: UnitOfWork, slot: str) -> None:
+    def _succeeded(self, job: dict[str, Any], work: UnitOfWork, slot: str,
+                   send: Sender | None = None) -> None:
         if results.TTL in job:
             results.succeeded(self.config, job, lambda t: self.in_flight.wait_abandoned(slot, t))
         # Counted in its batch before the ack: a crash between runs it again, counted once.
@@ -187,7 +188,7 @@ class Processor:
         if self.in_flight.finish(slot):
             return  # requeued by a hard stop: not ours to settle any more
         self.counters.record(failed=False)
-        self.fetch.acknowledge(work, _jid(job))
+        self.fetch.acknowledge(work, _jid(job), send)
         unique.finished(self.config, job, "success")
 
     def _failed(self, job: dict[str, Any], work: UnitOfWork, slot: str, exc: BaseException,

@@ -41,7 +41,7 @@ from wurk.runtime import private_lists, settle
 from wurk.runtime.fetch import PausedQueues
 from wurk.runtime.handover import HandOver
 from wurk.runtime.private_lists import SUSPECT_WAITS, Ack
-from wurk.runtime.work import UnitOfWork
+from wurk.runtime.work import Sender, UnitOfWork
 from wurk.wire import keys
 
 if TYPE_CHECKING:
@@ -145,23 +145,29 @@ class ReliableFetch:
             return []
         return works
 
-    def acknowledge(self, work: UnitOfWork, jid: str | None = None) -> None:
+    def acknowledge(self, work: UnitOfWork, jid: str | None = None,
+                    send: Sender | None = None) -> None:
+        """Queue the ack for the next claim. While the fetcher blocks or
+        stops there is no next claim soon: the acks are sent at once, on
+        this thread, or through ``send`` (a caller that must not wait on
+        Redis, the event loop, passes its bookkeeping pool's submit)."""
         with self._cond:
-            if not self._acks:
+            first = not self._acks
+            if first:
                 self._acks_since = time.monotonic()
             self._acks.append((work, jid))
             direct = self._blocking or self._stopping
             # A suspect's end frees the next claim: no waiting out ACK_DELAY.
-            if len(self._acks) >= self._ack_batch or self._suspect is not None:
+            # Once quiet no thread asks for work, so the fetcher may be waiting
+            # with no timeout: the first ack sets it on its ACK_DELAY wait.
+            if len(self._acks) >= self._ack_batch or self._suspect is not None \
+                    or (first and self._quiet):
                 self._wake.notify()
         if direct:
-            self._flush_acks()
-
-    def acks_wait(self) -> bool:
-        """Whether an acknowledgement now waits for the next claim (no round
-        trip of its own): not while the fetcher blocks or stops. Read without
-        the lock: a stale answer only means one ack is flushed at once."""
-        return not (self._blocking or self._stopping)
+            if send is None:
+                self._flush_acks()
+            else:
+                send(self._flush_acks)
 
     def settle(self, work: UnitOfWork, jid: str | None, settlement: Settlement) -> bool:
         """Remove this run's copy and write the failed job's entry, in one script."""

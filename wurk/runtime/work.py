@@ -9,7 +9,7 @@ and :class:`Settlement`, what a failed job's run leaves to be written.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -25,6 +25,11 @@ class UnitOfWork:
         return ("RPUSH", keys.queue(self.queue), self.raw)
 
 
+# Runs a callable somewhere else (a bookkeeping thread): how a caller that
+# must not wait on Redis (the event loop) lets an acknowledgement be sent.
+Sender = Callable[[Callable[[], None]], object]
+
+
 class Fetch(Protocol):
     """What processors need from a fetch strategy (basic or reliable)."""
 
@@ -32,8 +37,8 @@ class Fetch(Protocol):
     def quiet(self) -> None: ...
     def stop(self) -> None: ...
     def fetch(self) -> UnitOfWork | None: ...
-    def acknowledge(self, work: UnitOfWork, jid: str | None = None) -> None: ...
-    def acks_wait(self) -> bool: ...
+    def acknowledge(self, work: UnitOfWork, jid: str | None = None,
+                    send: Sender | None = None) -> None: ...
     def settle(self, work: UnitOfWork, jid: str | None, settlement: Settlement) -> bool: ...
     def requeue(self, works: Iterable[UnitOfWork]) -> int: ...
 
