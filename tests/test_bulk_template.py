@@ -169,6 +169,25 @@ def test_a_bad_arg_in_the_last_job_pushes_nothing(config: Config, r: redis.Redis
     assert r.dbsize() == 0
 
 
+def test_an_int_too_long_to_write_in_the_last_job_pushes_nothing(
+        config: Config, r: redis.Redis) -> None:
+    huge = 10 ** 5000  # over Python's 4,300-digit limit for writing an int
+    args: list[list[Any]] = [[i] for i in range(1500)] + [[huge]]
+    with pytest.raises(ArgumentError, match=r"args\[1500\]\[0\] is an integer of more than"):
+        Client(config).push_bulk({"class": "Bulk", "args": args})
+    nested: list[list[Any]] = [[i] for i in range(1500)] + [[{"n": [huge]}]]
+    with pytest.raises(ArgumentError, match=r"args\[1500\]\[0\]\['n'\]\[0\]"):
+        Client(config).push_bulk({"class": "Bulk", "args": nested})
+    with pytest.raises(ArgumentError, match="integer of more than"):
+        Client(config).push({"class": "Bulk", "args": [1, huge]})
+    assert r.dbsize() == 0
+    # A long int Python does write is carried whole.
+    long = 10 ** 1000
+    Client(config).push_bulk({"class": "Bulk", "args": [[long], [-long]]})
+    queued = [json.loads(raw)["args"] for raw in r.lrange(keys.queue("default"), 0, -1)]
+    assert sorted(queued) == [[-long], [long]]
+
+
 def test_a_wrong_arity_in_the_last_job_pushes_nothing(config: Config, r: redis.Redis) -> None:
     @wurk.job(name="Pair", registry_=Registry())
     def pair(a: int, b: int) -> None:

@@ -18,6 +18,7 @@ import math
 import os
 import re
 import secrets
+import sys
 import time
 from typing import Any
 
@@ -157,7 +158,7 @@ def loads_job(raw: str | bytes) -> dict[str, Any]:
 
 
 # Exact types that need no look inside: most arguments, skipped without a call.
-_PLAIN = frozenset({str, int, bool, type(None)})
+_PLAIN = frozenset({str, bool, type(None)})
 
 
 def check_args(args: Any, where: str = "args") -> None:
@@ -165,7 +166,10 @@ def check_args(args: Any, where: str = "args") -> None:
     if isinstance(args, list):
         _check_items(args, where)
         return
-    if args is None or isinstance(args, bool | str | int):
+    if args is None or isinstance(args, bool | str):
+        return
+    if isinstance(args, int):
+        _check_int(args, where)
         return
     if isinstance(args, float):
         if not math.isfinite(args):
@@ -185,8 +189,29 @@ def check_args(args: Any, where: str = "args") -> None:
 
 def _check_items(items: list[Any], where: str) -> None:
     for i, item in enumerate(items):
-        if type(item) not in _PLAIN:
+        kind = type(item)
+        if kind is int:
+            if item.bit_length() > _SAFE_INT_BITS:
+                _check_int(item, f"{where}[{i}]")
+        elif kind not in _PLAIN:
             check_args(item, f"{where}[{i}]")
+
+
+# Python writes an int of at most sys.get_int_max_str_digits() digits (640 at
+# the least, about 2,126 bits): a shorter one is always written.
+_SAFE_INT_BITS = 2_000
+
+
+def _check_int(value: int, where: str) -> None:
+    """Refuse an int Python will not write as JSON, before anything is pushed."""
+    if value.bit_length() <= _SAFE_INT_BITS:
+        return
+    try:
+        str(value)
+    except ValueError:
+        raise ArgumentError(
+            f"{where} is an integer of more than {sys.get_int_max_str_digits()} digits, "
+            "which Python will not write as JSON") from None
 
 
 def now_stamp(fmt: str, now: float | None = None) -> float | int:
