@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 import redis
+from faultproxy import FaultProxy
+from structlog.testing import capture_logs
 
 import wurk
 from wurk.push import bulk_template, prepare
@@ -205,3 +207,29 @@ def test_a_bad_shared_field_pushes_nothing(config: Config, r: redis.Redis) -> No
     with pytest.raises(ValueError, match="JSON compliant"):
         Client(config).push_bulk({"class": "Bulk", "x": float("inf"), "args": [[1]] * 1500})
     assert r.dbsize() == 0
+
+
+def test_a_bulk_write_whose_reply_was_lost_is_reported_as_maybe_landed(
+        proxy: FaultProxy, r: redis.Redis) -> None:
+    config = Config(redis_url=proxy.url, redis_connect_timeout=0.3, redis_retry_base=0.01,
+                    redis_retry_attempts=1, log_level="warning")
+    client = Client(config, buffered=False, drain_spool=False)
+    client.push({"class": "Bulk", "args": ["warm"]})
+    proxy.drop_next_reply()  # Redis wrote the slice; the client never hears back
+    with capture_logs() as logs, pytest.raises(redis.ConnectionError):
+        client.push_bulk({"class": "Bulk", "args": [[i] for i in range(5)]})
+    [warning] = [e for e in logs if e["event"] == "client.write_outcome_unknown"]
+    assert warning["count"] == 5 and len(warning["jids"]) == 5
+    assert r.llen(keys.queue("default")) == 6  # it did land
+
+    async def main() -> list[dict[str, Any]]:
+        async with wurk.AsyncClient(config, buffered=False) as aclient:
+            await aclient.push({"class": "Bulk", "args": ["warm"]})
+            proxy.drop_next_reply()
+            with capture_logs() as alogs, pytest.raises(redis.ConnectionError):
+                await aclient.push_bulk({"class": "Bulk", "args": [[i] for i in range(3)]})
+        return alogs
+
+    alogs = asyncio.run(main())
+    assert [e["count"] for e in alogs if e["event"] == "client.write_outcome_unknown"] == [3]
+    assert r.llen(keys.queue("default")) == 10

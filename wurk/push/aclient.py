@@ -135,7 +135,14 @@ class AsyncClient:
             pushes = bulk_template.slices(item, now, self.config.timestamps)
             if pushes is not None:
                 for push in pushes:
-                    await self._write(push)
+                    try:
+                        await self._write(push)
+                    except BaseException as exc:
+                        # Nothing to give back; said as every other push says it.
+                        await middleware.aunwritten(({"jid": jid} for jid in push.jids),
+                                                    self.pool, self._sync_pool,
+                                                    written_error=exc)
+                        raise
                     jids += push.jids
                     await asyncio.sleep(0)  # let the loop's other tasks run between slices
                 return jids

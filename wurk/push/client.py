@@ -138,8 +138,17 @@ class Client:
         if bulk_template.applies(item, self._chain()):
             pushes = bulk_template.slices(item, now, self.config.timestamps)
             if pushes is not None:
-                return [jid for push in pushes for jid in self._write(push)]
-        jids: list[str] = []
+                jids: list[str] = []
+                for push in pushes:
+                    try:
+                        jids += self._write(push)
+                    except BaseException as exc:
+                        # Nothing to give back; said as every other push says it.
+                        middleware.unwritten(({"jid": jid} for jid in push.jids), self.pool,
+                                             written_error=exc)
+                        raise
+                return jids
+        jids = []
         for items in prepare.bulk_slices(item, now, self.config.timestamps):
             bulk = prepare.BulkSlice()
             batch: list[Prepared] = []
