@@ -15,9 +15,9 @@ Duties (docs/explanation/internals.md walks through them step by step):
 3. ``acknowledge`` removes a finished job from the private list and retires
    its poison-pill counter and suspect mark, batched with the next claim or
    sent at once while the fetcher blocks, and never held past ACK_DELAY
-   (once quiet there is no next claim: the first ack starts that timer). A failed job is never acknowledged:
-   ``settle`` removes its copy and writes its retry or dead entry in one
-   script (``wurk.runtime.settle``).
+   (once quiet there is no next claim: the first ack starts that timer).
+   A failed job is never acknowledged: ``settle`` removes its copy and
+   writes its retry or dead entry in one script (``wurk.runtime.settle``).
 4. ``requeue`` gives unfinished jobs back to their queues (REQUEUE script).
 5. After a disruption of the pool (a lost claim reply, a failover, a
    restarted Redis), ``resync`` gives back what sits in our private lists
