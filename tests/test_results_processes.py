@@ -64,7 +64,7 @@ JOBS_MODULE = textwrap.dedent("""
 
         from wurk.runtime.reliable_fetch import ReliableFetch
 
-        def die(self, work, jid=None):
+        def die(self, work, jid=None, send=None):
             os.kill(os.getpid(), signal.SIGKILL)
 
         ReliableFetch.acknowledge = die

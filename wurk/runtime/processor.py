@@ -188,7 +188,7 @@ class Processor:
         if self.in_flight.finish(slot):
             return  # requeued by a hard stop: not ours to settle any more
         self.counters.record(failed=False)
-        self.fetch.acknowledge(work, _jid(job), send)
+        self.fetch.acknowledge(work, _jid(job), send=send)
         unique.finished(self.config, job, "success")
 
     def _failed(self, job: dict[str, Any], work: UnitOfWork, slot: str, exc: BaseException,
