@@ -58,6 +58,9 @@ def test_lost_claim_reply_is_resynced_and_the_job_runs_once(
         proxy: FaultProxy) -> None:
     quiet_background(config, proxy)
     config.queues = ["rffirst", "rfsecond"]
+    # Blocks of a second: the block the test sees must still be under way
+    # when it arms the proxy, or the dropped reply is another request's.
+    config.fetch_timeout = config.reliable_poll_interval = 1.0
     ran: list[str] = []
     job = define(ran.append)
     launcher = launch()
@@ -69,7 +72,7 @@ def test_lost_claim_reply_is_resynced_and_the_job_runs_once(
         proxy.drop_next_reply()
         rb.lpush("queue:rfsecond", payload(job.name, "lost-reply", queue="rfsecond"))
         # Without a resync the job would sit in the private list until stop.
-        wait_for(lambda: ran, timeout=4)
+        wait_for(lambda: ran, timeout=8)
         wait_for(lambda: not rb.exists(wip(launcher.identity, "rfsecond")))
     events = [e["event"] for e in logs]
     assert "fetch.error" in events  # the claim's reply really was the one lost
