@@ -69,6 +69,7 @@ def test_start_releases_as_the_job_starts(
     body = Held()
     job = define(body, unique_for=30, unique_until="start")
     assert job.perform_async(1) is not None
+    config.concurrency = 1  # the duplicate waits in its queue, its lock held, while the first runs
     launch()
     body.wait_started()
     assert not r.exists(key_of(job, 1))

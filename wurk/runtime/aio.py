@@ -314,19 +314,20 @@ def _cancel_as(target: asyncio.AbstractEventLoop, waiting: _Waiting,
     target.call_soon_threadsafe(_cancel, waiting)
 
 
-def cancel_all(tids: Iterable[int]) -> int:
-    """Cancel the tasks threads ``tids`` wait on (a stop gave their jobs back); how many.
+def cancel_all(tids: Iterable[int]) -> set[int]:
+    """Cancel the tasks threads ``tids`` wait on (a stop gave their jobs back);
+    returns the threads that were waiting on one.
 
     Only those threads: another Launcher in the same process runs on.
     """
     state, chosen = _state, set(tids)
     with state.lock:
         if state.loop is None:
-            return 0
-        mine = [w for tid, w in state.waiting.items() if tid in chosen]
-        for waiting in mine:
+            return set()
+        mine = {tid: w for tid, w in state.waiting.items() if tid in chosen}
+        for waiting in mine.values():
             _cancel_as(state.loop, waiting, HandedBack)
-        return len(mine)
+        return set(mine)
 
 
 def waiting_threads() -> int:

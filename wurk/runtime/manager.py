@@ -41,6 +41,8 @@ if TYPE_CHECKING:
 log = get_logger("wurk.manager")
 # After a fetch or a processor failed outside a job: no spin if it keeps failing.
 ERROR_PAUSE = 1.0
+# The most a stop waits for cancelled async jobs to unwind (they do at their next await).
+UNWIND_SECONDS = 1.0
 
 
 class Manager:
@@ -127,11 +129,20 @@ class Manager:
         leftovers = self.in_flight.abandon_all()
         requeued = self._requeue(leftovers)
         if leftovers:  # their async jobs stop at their next await, not at exit
-            aio.cancel_all(t.ident for t in self._threads if t.ident is not None)
+            self._unwind(aio.cancel_all(t.ident for t in self._threads if t.ident is not None))
         self.processor.timer.stop()
         self.fetch.stop()
         self._drain_fetches()
         return requeued
+
+    def _unwind(self, tids: set[int]) -> None:
+        """Give the threads whose coroutines a stop cancelled a moment to see
+        it: each then unwinds and logs its job as handed back, which an exit
+        right away would cut short."""
+        limit = time.monotonic() + UNWIND_SECONDS
+        for thread in self._threads:
+            if thread.ident in tids:
+                thread.join(max(0.0, limit - time.monotonic()))
 
     def _requeue(self, leftovers: list[Running]) -> int:
         if not leftovers:
