@@ -23,6 +23,7 @@ from fetching import blocked_in_brpoplpush, jid_of, payload, wip
 from waiting import wait_for
 
 from wurk.runtime.reliable_fetch import ACK_DELAY, ReliableFetch
+from wurk.runtime.work import UnitOfWork
 from wurk.settings.config import Config
 from wurk.settings.queues import parse_queues
 
@@ -39,43 +40,36 @@ def fetch(config: Config) -> Iterator[ReliableFetch]:
     started.stop()
 
 
-def test_an_ack_made_while_the_fetcher_blocks_is_sent_through_send(
-        fetch: ReliableFetch, r: redis.Redis, rb: redis.Redis) -> None:
+@pytest.fixture
+def blocked(fetch: ReliableFetch, r: redis.Redis, rb: redis.Redis) -> Iterator[UnitOfWork]:
+    """One job claimed and running; the fetcher blocked in Redis for a second taker."""
     raw = payload("AckJob", 1)
     rb.lpush("queue:default", raw)
     fetch.start()
     work = fetch.fetch()
     assert work is not None and work.raw == raw
-    # A second taker finds the queue empty: the fetcher blocks in Redis for it.
-    waiter = threading.Thread(target=fetch.fetch, daemon=True)
+    waiter = threading.Thread(target=fetch.fetch, daemon=True)  # finds the queue empty
     waiter.start()
     wait_for(lambda: blocked_in_brpoplpush(r), what="the fetcher blocking")
-
-    sent: list[Callable[[], None]] = []
-    fetch.acknowledge(work, jid_of(raw), send=sent.append)
-    assert len(sent) == 1  # the round trip is handed over, not made here
-    assert rb.lrange(wip(IDENTITY, "default"), 0, -1) == [raw]
-    sent[0]()  # what the bookkeeping thread runs
-    assert rb.llen(wip(IDENTITY, "default")) == 0
-
+    yield work
     rb.lpush("queue:default", payload("AckJob", 2))  # ends the block
     waiter.join(5)
 
 
+def test_an_ack_made_while_the_fetcher_blocks_is_sent_through_send(
+        fetch: ReliableFetch, blocked: UnitOfWork, rb: redis.Redis) -> None:
+    sent: list[Callable[[], None]] = []
+    fetch.acknowledge(blocked, jid_of(blocked.raw), send=sent.append)
+    assert len(sent) == 1  # the round trip is handed over, not made here
+    assert rb.lrange(wip(IDENTITY, "default"), 0, -1) == [blocked.raw]
+    sent[0]()  # what the bookkeeping thread runs
+    assert rb.llen(wip(IDENTITY, "default")) == 0
+
+
 def test_without_send_the_blocked_case_sends_on_the_calling_thread(
-        fetch: ReliableFetch, r: redis.Redis, rb: redis.Redis) -> None:
-    raw = payload("AckJob", 1)
-    rb.lpush("queue:default", raw)
-    fetch.start()
-    work = fetch.fetch()
-    assert work is not None
-    waiter = threading.Thread(target=fetch.fetch, daemon=True)
-    waiter.start()
-    wait_for(lambda: blocked_in_brpoplpush(r), what="the fetcher blocking")
-    fetch.acknowledge(work, jid_of(raw))
+        fetch: ReliableFetch, blocked: UnitOfWork, rb: redis.Redis) -> None:
+    fetch.acknowledge(blocked, jid_of(blocked.raw))
     assert rb.llen(wip(IDENTITY, "default")) == 0  # sent before acknowledge returned
-    rb.lpush("queue:default", payload("AckJob", 2))
-    waiter.join(5)
 
 
 def test_an_ack_after_quiet_goes_within_the_ack_delay_not_at_stop(
