@@ -4,7 +4,7 @@
 
 1. the in-process hop alone: calling a trivial job directly, against running
    a trivial coroutine on the process's loop and waiting for it
-   (``wurk.runtime.aio.run``), from 1 thread and from 8 at once;
+   (``wurk.runtime.event_loop.run``), from 1 thread and from 8 at once;
 2. drains of N jobs by one in-process Launcher on a private redis-server
    (started here, no persistence), sync against async, for the noop shape
    and the io shape (a 10 ms ``time.sleep`` / ``asyncio.sleep``), in
@@ -32,8 +32,8 @@ from typing import Any
 import redis
 
 import wurk
-from wurk.redis.pools import close_pool
-from wurk.runtime import aio
+from wurk.redis.runtime import close_runtime
+from wurk.runtime import event_loop
 from wurk.runtime.launcher import Launcher
 from wurk.settings.config import Config
 
@@ -88,10 +88,10 @@ def main() -> None:
         return None
 
     print(f"{'direct call, 1 thread':40} {per_call(nothing, options.runs):8.2f} us/job")
-    print(f"{'aio.run hop, 1 thread':40} "
-          f"{per_call(lambda: aio.run(trivial()), options.runs):8.2f} us/job")
-    print(f"{'aio.run hop, 8 threads':40} "
-          f"{per_call(lambda: aio.run(trivial()), options.runs // 8, 8):8.2f} us/job (wall)")
+    print(f"{'event_loop.run hop, 1 thread':40} "
+          f"{per_call(lambda: event_loop.run(trivial()), options.runs):8.2f} us/job")
+    print(f"{'event_loop.run hop, 8 threads':40} "
+          f"{per_call(lambda: event_loop.run(trivial()), options.runs // 8, 8):8.2f} us/job (wall)")
 
     drains(options.jobs, options.concurrency)
 
@@ -142,7 +142,7 @@ def drains(jobs: int, concurrency: int) -> None:
                 for name, job in (("sync", sync_job), ("async", async_job)):
                     rate = drain(config, r, job, jobs, [seconds])
                     print(f"{shape:9} {name:6} c={concurrency:<4} {rate:10,.0f} jobs/s")
-        close_pool(config)
+        close_runtime(config)
     finally:
         server.terminate()
         server.wait(10)

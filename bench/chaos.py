@@ -56,7 +56,7 @@ from faultproxy import FaultProxy  # noqa: E402
 
 import wurk  # noqa: E402
 from bench.chaos_jobs import DONE, JOB  # noqa: E402
-from wurk.redis.pools import close_pool  # noqa: E402
+from wurk.redis.runtime import close_runtime  # noqa: E402
 from wurk.settings.config import Config  # noqa: E402
 from wurk.wire.payload import new_jid  # noqa: E402
 
@@ -440,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:  # noqa: C901 - a linear script
         swarm_log.close()
         proxy.close()
         r.close()
-        close_pool(config)
+        close_runtime(config)
         server.stop()
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)

@@ -9,11 +9,11 @@ seconds). It uses the worker's own Redis pool, built once per process.
 from __future__ import annotations
 
 import wurk
-from wurk.redis.pools import pool_for
+from wurk.redis.runtime import runtime_for
 
 DONE_KEY = "bench:done"
 
 
 class NoopJob(wurk.Job, name="NoopJob"):
     def perform(self, *args: object) -> None:
-        pool_for(wurk.default_config()).call("INCR", DONE_KEY)
+        runtime_for(wurk.default_config()).pool.call("INCR", DONE_KEY)

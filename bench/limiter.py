@@ -42,7 +42,7 @@ if str(ROOT) not in sys.path:
 
 import wurk  # noqa: E402
 from wurk.redis.connection import Conn  # noqa: E402
-from wurk.redis.pools import close_pool, pool_for  # noqa: E402
+from wurk.redis.runtime import close_runtime, runtime_for  # noqa: E402
 from wurk.runtime.launcher import Launcher  # noqa: E402
 from wurk.settings.config import Config  # noqa: E402
 
@@ -169,7 +169,7 @@ def main() -> None:
         print(f"one acquire+release, {args.ops} times in one thread (never refused):")
         started = time.perf_counter()
         for _ in range(args.ops):
-            pool_for(config).call("PING", idempotent=True)
+            runtime_for(config).pool.call("PING", idempotent=True)
         print(f"  (a PING through the same pool, for scale: "
               f"{(time.perf_counter() - started) / args.ops * 1e6:.1f} us)")
         for kind in ("concurrent", "window", "bucket", "leaky"):
@@ -188,7 +188,7 @@ def main() -> None:
             print(f"  {name:10} {statistics.median(rates[name]):8.0f} jobs/s (median of "
                   f"{', '.join(f'{r:.0f}' for r in rates[name])})   "
                   f"{statistics.median(costs[name]):.2f} round trips/job")
-        close_pool(config)
+        close_runtime(config)
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ def main() -> None:
     runs = parser.parse_args().runs
     job = {"class": "X", "args": [], "jid": "abc", "queue": "default"}
     options = make_options()
-    timer = JobTimer(None, None, None, None, None)  # type: ignore[arg-type]
+    timer = JobTimer(None, None)  # type: ignore[arg-type]
     work = UnitOfWork("default", b"{}")
     soft = Limits(timeout=60.0)
     both = Limits(timeout=60.0, hard_timeout=120.0)

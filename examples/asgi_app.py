@@ -7,8 +7,9 @@ wurk next to the web server, in one of two modes chosen by ``WURK_MODE``:
 - ``embedded``: worker threads inside this process; no fork.
 
 ``wurk.contrib.asgi.with_workers`` answers the lifespan messages; the app
-itself only serves requests. Enqueueing from a request is ``perform_async``
-(in a thread, through ``enqueue``, from async code).
+itself only serves requests. A request enqueues with ``aperform_async``,
+which pushes through the event loop's ``wurk.AsyncClient`` (the lifespan
+closes it at shutdown).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from examples import jobs
-from wurk.contrib.asgi import Workers, enqueue
+from wurk.contrib.asgi import Workers
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -33,7 +34,7 @@ else:
 
 async def serve(scope: Scope, receive: Receive, send: Send) -> None:
     if scope["type"] == "http":
-        jid = await enqueue(jobs.send_welcome_email, 1, "someone@example.com")
+        jid = await jobs.send_welcome_email.aperform_async(1, "someone@example.com")
         body = json.dumps({"enqueued": jid}).encode()
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"application/json")]})

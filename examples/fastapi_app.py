@@ -3,9 +3,9 @@
 The workers live as long as the app (``wurk.contrib.asgi.lifespan``): a
 hosted swarm from ``WURK_TOPOLOGY`` (forked children), or with
 ``WURK_MODE=embedded`` threads in this process. Sync handlers push as
-anywhere else (FastAPI runs them in its thread pool); async handlers push
-through ``wurk.contrib.asgi.enqueue``, which runs the push in a thread so
-the event loop never waits on Redis.
+anywhere else (FastAPI runs them in its thread pool); async handlers await
+the ``aperform_*`` verbs, which push through the loop's ``wurk.AsyncClient``,
+so the event loop never waits on Redis; the lifespan closes that client.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import os
 from fastapi import FastAPI
 
 from examples.jobs import ChargeCard, send_welcome_email
-from wurk.contrib.asgi import enqueue, lifespan
+from wurk.contrib.asgi import lifespan
 
 if os.environ.get("WURK_MODE") == "embedded":
     workers = lifespan(embedded=True)
@@ -27,7 +27,7 @@ app = FastAPI(lifespan=workers)
 
 @app.post("/signup/{user_id}")
 async def signup(user_id: int) -> dict[str, str | None]:
-    jid = await enqueue(send_welcome_email, user_id, f"user{user_id}@example.com")
+    jid = await send_welcome_email.aperform_async(user_id, f"user{user_id}@example.com")
     return {"enqueued": jid}
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import wurk
 from wurk.core.logging import get_logger
-from wurk.redis.pools import pool_for
+from wurk.redis.runtime import runtime_for
 
 log = get_logger("examples.jobs")
 
@@ -33,7 +33,7 @@ REMINDED = "examples:reminded"
 
 def _redis(*command: Any, idempotent: bool = True) -> Any:
     """Run one command on the worker's Redis (the URL ``wurk run`` was given)."""
-    return pool_for(wurk.default_config()).call(*command, idempotent=idempotent)
+    return runtime_for(wurk.default_config()).pool.call(*command, idempotent=idempotent)
 
 
 @wurk.job(queue="default")

@@ -7,7 +7,8 @@ Duties, in order:
    re-seed random, and set up logging afresh.
 2. Ask the kernel for SIGTERM when the parent dies (PR_SET_PDEATHSIG) and
    check at once that the parent is still the one that forked us.
-3. Import the slot's own ``require`` modules; a failure here is the
+3. Import the slot's own ``require`` modules; a failure here, or a registry
+   with no job of the application's in it (``launcher.no_jobs``), is the
    application's and exits with :data:`EX_BOOT` and a clear log line (the
    parent counts those toward ``boot_failure_limit``).
 4. Wait for Redis to answer (``wurk.redis.wait``): an unreachable Redis is
@@ -18,7 +19,7 @@ Duties, in order:
    ready pipe), then keep that pipe open for the heartbeat's liveness
    pulses (``supervisor.liveness``) and the job timer's hard deadlines
    (``supervisor.overrun``); keep the process title current, and
-   watch for orphaning, on two supervised threads (``wurk.core.threads``) that
+   watch for orphaning, on two service threads (``wurk.core.service``) that
    outlive any error.
 6. On TERM (or orphaning) drain within shutdown_timeout and leave with
    ``os._exit`` so nothing inherited from the parent runs at exit.
@@ -28,14 +29,14 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import os
 import random
 import signal
 import socket
 import sys
-import time
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, NoReturn
 
 import setproctitle
@@ -44,15 +45,15 @@ from supervisor import overrun
 from supervisor.exits import EX_BOOT, EX_CRASH, EX_OK
 from supervisor.liveness import pulser
 from wurk.core import logging as wlog
-from wurk.core import threads
+from wurk.core.service import Service, logged
 from wurk.push.buffered import flush_push_buffers
-from wurk.redis.pools import close_pool, pool_for
+from wurk.redis.runtime import close_runtime
 from wurk.redis.wait import wait_or_signal
 from wurk.runtime import forking
-from wurk.runtime.launcher import Launcher, dump_threads, stop_before_exit
-from wurk.runtime.loading import load_modules
-from wurk.runtime.signals import SignalPipe, poke
-from wurk.settings.config import configure
+from wurk.runtime.launcher import Launcher, stop_before_exit, waiting_signals, worker_signals
+from wurk.runtime.loading import load_modules, require_jobs
+from wurk.runtime.signals import SignalPipe, dispatch, poke, serve
+from wurk.settings.config import Config, configure, installed_for
 
 if TYPE_CHECKING:
     from supervisor.topology import Slot
@@ -96,7 +97,10 @@ def _boot_and_work(slot: Slot, index: int, parent_pid: int, ready_fd: int,
             os.close(fd)
     signals = _own_signals()
     signal.pthread_sigmask(signal.SIG_UNBLOCK, MANAGED_SIGNALS)
-    reset_after_fork(slot)
+    # The config installed, which an integration may have changed (Config is frozen).
+    slot = dataclasses.replace(slot, config=reset_after_fork(slot))
+    # Built once, after the reset: the child's own pools, handed to all it starts.
+    runtime = slot.runtime
     # Every line this child writes says which slot and index it serves.
     wlog.bind_process(slot=slot.name, index=index)
     set_parent_death_signal()
@@ -106,46 +110,64 @@ def _boot_and_work(slot: Slot, index: int, parent_pid: int, ready_fd: int,
     setproctitle.setproctitle(f"wurk-swarm: child {slot.name}#{index} booting")
     os.environ.update(slot.env)
     quiet: list[bool] = []
+    waiting = waiting_signals(quiet)
+    pulse = pulser(ready_fd)
     try:
         load_modules(slot.config.require)
+        # A module only this child loaded may have had a callback's copy installed.
+        if (installed := installed_for(slot.config)) is not slot.config:
+            slot = dataclasses.replace(slot, config=installed)
+            runtime = slot.runtime
+        # A slot whose registry is empty would fail every job it fetches as
+        # unknown: a boot failure, so the parent backs off and gives up.
+        require_jobs()
         # Pulses while waiting: the parent counts a child that waits out a
         # Redis outage as present, not as a slot that cannot fill.
-        if not wait_or_signal(pool_for(slot.config), signals.reader, signals.writer,
-                              lambda n: _while_booting(n, quiet), alive=pulser(ready_fd)):
+        if not wait_or_signal(runtime.pool, signals.reader, signals.writer,
+                              lambda n: dispatch(waiting, n) is not None,
+                              alive=pulse):
             log.info("child.stopped_while_waiting", slot=slot.name, index=index)
             return EX_OK
     except BaseException as exc:  # noqa: BLE001 - SystemExit from an app module included
         log.error("child.boot_failed", slot=slot.name, index=index,
                   error=f"{type(exc).__name__}: {exc}")
         return EX_BOOT
-    launcher = Launcher(slot.config, on_stop_request=lambda: signals.poke(signal.SIGTERM),
-                        extra_info={"slot": slot.name, "index": index, "swarm_pid": parent_pid})
+    # Pulses may come before the ready line, as they did while waiting for
+    # Redis: single bytes the parent skips in front of the identity.
+    launcher = Launcher(slot.config, runtime=runtime,
+                        on_stop_request=lambda: signals.poke(signal.SIGTERM),
+                        extra_info={"slot": slot.name, "index": index, "swarm_pid": parent_pid},
+                        on_pulse=pulse)
     launcher.start()
     if quiet:
         launcher.quiet()
     _send_ready(ready_fd, launcher.identity)
     # Only after the ready line, so the parent reads the identity first.
-    launcher.heartbeat.on_pulse = pulser(ready_fd)
-    launcher.manager.processor.timer.report_to(overrun.notes_writer(ready_fd))
-    stopped = launcher.stopped.is_set
-    threads.start("title", lambda: _keep_title(launcher, slot.name, index), stopped=stopped)
-    threads.start("orphan-guard", lambda: _orphan_guard(parent_pid, signals.writer, stopped),
-                  stopped=stopped)
-    return _serve_signals(launcher, signals)
+    launcher.manager.timer.report_to(overrun.notes_writer(ready_fd))
+    keepers = (title_keeper(launcher, slot.name, index),
+               OrphanGuard(parent_pid, signals.writer).service)
+    for keeper in keepers:
+        keeper.start()
+    try:
+        return serve(signals, worker_signals(launcher, lambda: _stop(launcher)))
+    finally:
+        for keeper in keepers:
+            keeper.stop()
 
 
-def reset_after_fork(slot: Slot) -> None:
-    """Install the slot's config as this process's default.
+def reset_after_fork(slot: Slot) -> Config:
+    """Install the slot's config as this process's default; the config installed.
 
     The at-fork hook (:mod:`wurk.runtime.forking`) already dropped the parent's
     state; running it again here, after the default changed, keeps the order
     fixed: no socket of the parent's is used once Redis and the client are new.
     """
-    configure(slot.config)
-    close_pool(slot.config)
+    config = configure(slot.config)
+    close_runtime(config)
     forking.forget_parent_state()
     random.seed()
-    wlog.setup(slot.config.log_level, slot.config.log_format)
+    wlog.setup(config.log_level, config.log_format)
+    return config
 
 
 def set_parent_death_signal() -> None:
@@ -174,55 +196,42 @@ def _send_ready(fd: int, identity: str) -> None:
         os.write(fd, f"{identity}\n".encode())
 
 
-def _while_booting(number: int, quiet: list[bool]) -> bool:
-    """A signal that arrives while we wait for Redis: True to give up (TERM)."""
-    if number == signal.SIGTSTP:
-        quiet.append(True)  # honoured as soon as the launcher runs
-    elif number == signal.SIGTTIN:
-        dump_threads()
-    return number == signal.SIGTERM
+def _stop(launcher: Launcher) -> int:
+    # A second TERM while draining waits in the pipe, unread: the drain is
+    # already under way on this thread, and the child leaves after it.
+    stop_before_exit(launcher)
+    return EX_OK
 
 
-def _serve_signals(launcher: Launcher, signals: SignalPipe) -> int:
-    while True:
-        number = signals.next()
-        if number == signal.SIGTERM:
-            # A second TERM while draining lands here again and is ignored
-            # because stop() is already under way on this thread.
-            stop_before_exit(launcher)
-            return EX_OK
-        if number == signal.SIGTSTP:
-            launcher.quiet()
-        elif number == signal.SIGTTIN:
-            dump_threads()
-
-
-def _keep_title(launcher: Launcher, slot_name: str, index: int) -> None:
+def title_keeper(launcher: Launcher, slot_name: str, index: int) -> Service:
+    """The process title, kept current (busy of concurrency, or quiet) on a service
+    thread; one that fails to set it logs ``child.title_failed`` and tries again."""
     concurrency = launcher.config.concurrency
-    while not launcher.stopped.is_set():
-        try:
-            state = "quiet" if launcher.heartbeat.quiet else "busy"
-            busy = launcher.manager.in_flight.busy()
-            setproctitle.setproctitle(
-                f"wurk-swarm: child {slot_name}#{index} [{busy} of {concurrency} {state}]")
-        except BaseException as exc:  # noqa: BLE001 - a stale title is better than none
-            log.error("child.title_failed", error=threads.describe(exc))
-        launcher.stopped.wait(TITLE_REFRESH)
+
+    def refresh() -> float:
+        state = "quiet" if launcher.heartbeat.quiet else "busy"
+        busy = launcher.manager.in_flight.busy()
+        setproctitle.setproctitle(
+            f"wurk-swarm: child {slot_name}#{index} [{busy} of {concurrency} {state}]")
+        return TITLE_REFRESH
+
+    return Service("title", refresh, failed=logged(log, "child.title_failed", TITLE_REFRESH))
 
 
-def _orphan_guard(parent_pid: int, writer: socket.socket,
-                  stopped: Callable[[], bool] = lambda: False) -> None:
-    """Backs up PDEATHSIG: a re-parented child notices within ORPHAN_POLL seconds."""
-    while not stopped() and not _orphaned(parent_pid):
-        time.sleep(ORPHAN_POLL)
-    if not stopped():
-        log.warning("child.orphaned", parent_pid=parent_pid)
-        poke(writer, signal.SIGTERM)
+class OrphanGuard:
+    """Backs up PDEATHSIG: a re-parented child notices within ORPHAN_POLL seconds
+    and TERMs itself; a check that raises is logged and asked again next poll."""
 
+    def __init__(self, parent_pid: int, writer: socket.socket) -> None:
+        self.parent_pid = parent_pid
+        self.writer = writer
+        self.service = Service("orphan-guard", self._check,
+                               failed=logged(log, "child.orphan_check_failed", ORPHAN_POLL))
 
-def _orphaned(parent_pid: int) -> bool:
-    try:
-        return os.getppid() != parent_pid
-    except BaseException as exc:  # noqa: BLE001 - keep guarding; ask again next poll
-        log.error("child.orphan_check_failed", error=threads.describe(exc))
-        return False
+    def _check(self) -> float:
+        if os.getppid() == self.parent_pid:
+            return ORPHAN_POLL
+        log.warning("child.orphaned", parent_pid=self.parent_pid)
+        poke(self.writer, signal.SIGTERM)
+        self.service.stop()  # once: the TERM drains and ends the child
+        return 0.0

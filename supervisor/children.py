@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from supervisor.exits import EX_BOOT
 from wurk.core import logging as wlog
+from wurk.core.backoff import Backoff
 
 if TYPE_CHECKING:
     from supervisor.topology import Slot
@@ -133,7 +134,8 @@ class SlotState:
     def schedule_respawn(self, backoff_max: float) -> None:
         delay = 0.0
         if self.crashes:
-            delay = min(backoff_max, BACKOFF_BASE * 2 ** (self.crashes - 1))
+            # Unjittered: docs/how-to/swarm.md promises 0.5 s, 1 s, 2 s, ...
+            delay = Backoff(first=BACKOFF_BASE, cap=backoff_max).delay(self.crashes)
             log.warning("slot.backoff", slot=self.slot.name, crashes=self.crashes,
                         delay=round(delay, 2))
         self.next_spawn_at = time.monotonic() + delay

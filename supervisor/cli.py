@@ -19,11 +19,14 @@ from supervisor.probe import probe
 from supervisor.swarm import Swarm
 from supervisor.topology import Topology, TopologyError, load
 from wurk.core import logging as wlog
+from wurk.core.arguments import Parser, number, one_line
 from wurk.core.redaction import redact_text
 from wurk.runtime.signals import SignalPipe
 from wurk.version import __version__
 
 EX_CONFIG = 78
+# Linux's largest pid_max (PID_MAX_LIMIT on 64-bit).
+MAX_PID = 4_194_304
 
 COMMANDS = {
     signal.SIGTERM: "shutdown", signal.SIGINT: "shutdown", signal.SIGTSTP: "quiet",
@@ -33,7 +36,7 @@ COMMANDS = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="wurk-swarm", description="Run a supervised swarm of wurk worker processes.")
     parser.add_argument("--version", action="version", version=f"wurk-swarm (wurk {__version__})")
     parser.add_argument("-t", "--topology", required=True, help="the topology TOML file")
@@ -42,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--probe", action="store_true",
                         help="exit 0 if every child of the swarm on this host beats in Redis "
                              "(at least one per slot, none stale)")
-    parser.add_argument("--pid", type=int, default=1,
+    parser.add_argument("--pid", type=number(int, 1, MAX_PID), default=1,
                         help="with --probe: the swarm parent's pid (default 1, as in a container)")
     return parser
 
@@ -52,7 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         topology = load(args.topology)
     except TopologyError as exc:
-        print(f"wurk-swarm: {exc}", file=sys.stderr)
+        print(one_line(f"wurk-swarm: {exc}"), file=sys.stderr)
         return EX_CONFIG
     if args.check:
         print(f"wurk-swarm: {args.topology} is valid "
@@ -68,7 +71,7 @@ def _probe(topology: Topology, pid: int) -> int:
     try:
         result = probe(topology, pid)
     except Exception as exc:  # noqa: BLE001 - a probe answers, it does not crash
-        print(redact_text(f"wurk-swarm: probe failed: {type(exc).__name__}: {exc}"),
+        print(one_line(redact_text(f"wurk-swarm: probe failed: {type(exc).__name__}: {exc}")),
               file=sys.stderr)
         return 1
     counts = ", ".join(f"{name}: {n}" for name, n in result.fresh.items())
@@ -81,11 +84,7 @@ def _probe(topology: Topology, pid: int) -> int:
 def run(swarm: Swarm) -> int:
     with SignalPipe(COMMANDS) as signals:
         swarm.register_drain_hooks()
-        result: list[int] = []
-        thread = threading.Thread(target=lambda: result.append(swarm.supervise()),
-                                  name="wurk-supervise")
-        swarm.supervisor_thread = thread
-        thread.start()
+        thread = swarm.start_supervising(daemon=False)
         waker = threading.Thread(target=_wake_when_done, args=(swarm, signals), daemon=True)
         waker.start()
         try:
@@ -96,7 +95,7 @@ def run(swarm: Swarm) -> int:
                     swarm.command(name)
         finally:
             thread.join()
-    return result[0] if result else 1
+    return swarm.supervised if swarm.supervised is not None else 1
 
 
 def command_for(number: int | None) -> str | None:

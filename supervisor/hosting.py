@@ -9,7 +9,6 @@ the host drains directly only when the supervisor never started or died.
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 from supervisor.swarm import Swarm
@@ -26,10 +25,7 @@ class HostedSwarm:
         self.swarm.register_drain_hooks()
         # A daemon thread: the interpreter joins non-daemon threads before
         # it runs atexit hooks, and our atexit hook is what ends this one.
-        thread = threading.Thread(target=self.swarm.supervise, name="wurk-supervise",
-                                  daemon=True)
-        self.swarm.supervisor_thread = thread
-        thread.start()
+        self.swarm.start_supervising(daemon=True)
         return self
 
     def stop(self) -> int:

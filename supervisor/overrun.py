@@ -30,14 +30,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from wurk.core import logging as wlog
+from wurk.core.validate import finite_float, is_text
 from wurk.push.job import registry
-from wurk.redis.pools import pool_for
 from wurk.runtime import settle
 from wurk.runtime.retry import RetryHandler
 from wurk.runtime.time_limits import JobTimeout
@@ -46,7 +45,7 @@ from wurk.wire.payload import PayloadError, loads_job
 
 if TYPE_CHECKING:
     from supervisor.children import Child
-    from wurk.settings.config import Config
+    from wurk.redis.runtime import Runtime
 
 log = wlog.get_logger("wurk.swarm")
 # Past a job's hard deadline, the child's own timer gets this long to settle
@@ -94,12 +93,11 @@ def _apply(child: Child, sign: bytes, note: list[Any] | None) -> None:
 
 
 def _text(value: Any) -> bool:
-    return isinstance(value, str) and 0 < len(value) <= MAX_FIELD
+    return is_text(value, MAX_FIELD)
 
 
 def _finite(value: Any) -> bool:
-    return (not isinstance(value, bool) and isinstance(value, int | float)
-            and math.isfinite(value))
+    return finite_float(value) is not None
 
 
 def overran(children: Iterable[Child], now: float) -> list[Child]:
@@ -122,7 +120,7 @@ def _still_held(child: Child, jid: str, queue: str) -> bool:
     if not config.reliable_fetch or child.identity is None:
         return True
     try:
-        held = _find(config, child.identity, queue, jid) is not None
+        held = _find(child.slot.runtime, child.identity, queue, jid) is not None
     except Exception:  # noqa: BLE001 - Redis away: trust the note, the KILL is still due
         return True
     if not held:
@@ -130,11 +128,11 @@ def _still_held(child: Child, jid: str, queue: str) -> bool:
     return held
 
 
-def _find(config: Config, identity: str, queue: str,
+def _find(runtime: Runtime, identity: str, queue: str,
           jid: str) -> tuple[bytes, dict[str, Any]] | None:
     private_list = keys.wip(identity, queue)
-    members = pool_for(config).run(lambda c: c.call("LRANGE", private_list, 0, -1),
-                                   idempotent=True, attempts=1)
+    members = runtime.pool.run(lambda c: c.call("LRANGE", private_list, 0, -1),
+                               idempotent=True, attempts=1)
     for raw in members:
         try:
             job = loads_job(raw)
@@ -145,20 +143,21 @@ def _find(config: Config, identity: str, queue: str,
     return None
 
 
-def settle_overran(config: Config, identity: str, jobs: dict[str, str]) -> None:
+def settle_overran(runtime: Runtime, identity: str, jobs: dict[str, str]) -> None:
     """Settle each job (jid -> queue) a KILL for overrunning took: a JobTimeout failure.
 
     Safe to run again: a job already settled is no longer in the private list.
     """
+    config = runtime.config
     for jid, queue in jobs.items():
-        found = _find(config, identity, queue, jid) if config.reliable_fetch else None
+        found = _find(runtime, identity, queue, jid) if config.reliable_fetch else None
         if found is None:
             continue
         raw, job = found
         entry = registry.find(str(job.get("class")))
         failure = JobTimeout("job ran past its hard_timeout; its child was KILLed", hard=True)
-        settlement = RetryHandler(config).plan(job, queue, failure,
-                                               entry.options if entry else None)
-        if settle.write(config, settlement, keys.wip(identity, queue), raw, keys.pill(jid)):
+        settlement = RetryHandler(config, runtime=runtime).plan(
+            job, queue, failure, entry.options if entry else None)
+        if settle.write(runtime, settlement, keys.wip(identity, queue), raw, keys.pill(jid)):
             log.warning(f"job.{settlement.outcome}", jid=jid, queue=queue, error="JobTimeout",
                         identity=identity)

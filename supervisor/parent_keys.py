@@ -12,8 +12,8 @@ Duties:
 
 from __future__ import annotations
 
+from wurk.settings.bounds import Range
 from wurk.settings.declaration import Setting
-from wurk.settings.limits import Range
 from wurk.settings.reference import settings_table
 
 # The most children one slot may have (its count, and TTIN's ceiling).

@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from supervisor.topology import Slot, Topology
-from wurk.redis.pools import pool_for
 from wurk.wire import keys
 
 # A beat older than this many heartbeat intervals counts as stale.
@@ -58,7 +57,7 @@ def probe(topology: Topology, swarm_pid: int, hostname: str | None = None) -> Pr
 
 def _beat_ages(slot: Slot, swarm_pid: int, host: str) -> list[tuple[str, float]]:
     """(index and pid, seconds since its beat) of each of the swarm's children in this slot."""
-    pool = pool_for(slot.config)
+    pool = slot.runtime.pool
     identities = [m.decode(errors="replace")
                   for m in pool.call("SMEMBERS", keys.PROCESSES, idempotent=True)]
     rows = pool.pipeline([("HMGET", i, "info", "beat") for i in identities], idempotent=True)

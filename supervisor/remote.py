@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wurk.core import logging as wlog
-from wurk.redis.pools import pool_for
+from wurk.redis.runtime import Runtime, handed
 from wurk.wire import keys
 from wurk.wire.lua import BEAT
 
@@ -79,8 +79,10 @@ class SwarmSnapshot:
 class RemoteControl:
     def __init__(self, config: Config, topology_path: Path,
                  on_command: Callable[[str], None], *,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 runtime: Runtime | None = None) -> None:
         self.config = config
+        self.runtime = handed(runtime, config)
         self.identity = swarm_identity()
         self.on_command = on_command
         self._clock = clock
@@ -88,6 +90,8 @@ class RemoteControl:
             "identity": self.identity, "hostname": self.identity.rsplit(":", 2)[0],
             "pid": os.getpid(), "started_at": time.time(),
             "topology": str(Path(topology_path).absolute()),
+            # Readers call a swarm stale once two of its beats are missing.
+            "beat_interval": self.config.heartbeat_interval,
         }
         self._next_refresh = 0.0
         self._touched = False  # a registration was sent (maybe applied): clean up at the end
@@ -101,7 +105,7 @@ class RemoteControl:
         self._touched = True
         fields = self._fields(snapshot)
         try:
-            signal = pool_for(self.config).run(lambda c: BEAT.run(
+            signal = self.runtime.pool.run(lambda c: BEAT.run(
                 c, [keys.SWARMS, self.identity, keys.signals(self.identity)],
                 [self.identity, keys.HEARTBEAT_TTL, *fields]), attempts=1)
         except Exception as exc:  # noqa: BLE001 - Redis trouble: try again next refresh
@@ -136,7 +140,7 @@ class RemoteControl:
         try:
             # Replay-safe, but one try all the same: the swarm is exiting and
             # a leftover hash expires within a minute anyway.
-            pool_for(self.config).pipeline(
+            self.runtime.pool.pipeline(
                 [("SREM", keys.SWARMS, self.identity),
                  ("UNLINK", self.identity, keys.signals(self.identity))],
                 idempotent=True, attempts=1)

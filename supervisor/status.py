@@ -28,7 +28,6 @@ from supervisor.children import Child, SlotState, live, wanted
 from supervisor.memory import rss_kb
 from supervisor.remote import SwarmSnapshot
 from wurk.core import logging as wlog
-from wurk.redis.pools import pool_for
 
 log = wlog.get_logger("wurk.swarm")
 
@@ -53,7 +52,7 @@ def busy_counts(children: Iterable[Child]) -> dict[int, int]:
     counts: dict[int, int] = {}
     for name, asked in by_slot.items():
         try:
-            with pool_for(asked[0].slot.config).conn() as conn:
+            with asked[0].slot.runtime.pool.conn() as conn:
                 replies = conn.pipeline([("HGET", c.identity, "busy") for c in asked])
         except Exception as exc:  # noqa: BLE001 - a status dump must not fail on Redis trouble
             log.warning("swarm.status_busy_unknown", slot=name,

@@ -41,11 +41,11 @@ import time
 import traceback
 from typing import TYPE_CHECKING
 
-from supervisor import liveness, overrun, periodic, processes, status
+from supervisor import evidence, liveness, overrun, periodic, processes, status
 from supervisor.child_boot import MANAGED_SIGNALS
 from supervisor.children import Child, SlotState, all_ready, beyond_wanted, ready_fds, wanted
 from supervisor.exits import EX_BOOT
-from supervisor.memory import MemoryCheck
+from supervisor.memory import MemoryCheck, rss_kb
 from supervisor.reaped import Reaped
 from supervisor.remote import RemoteControl
 from supervisor.rolling import RollingRestart
@@ -53,7 +53,6 @@ from supervisor.systemd import Notifier
 from supervisor.watchdog import Watchdog
 from wurk.core import logging as wlog
 from wurk.core.threads import describe
-from wurk.redis.pools import close_pool
 from wurk.runtime.loading import load_modules
 
 if TYPE_CHECKING:
@@ -86,7 +85,9 @@ class Swarm:
         self.children: dict[int, Child] = {}
         self.slots = {s.name: SlotState(s, s.count) for s in topology.slots}
         self.exit_code = 0
+        # The thread start_supervising runs, and what its supervise returned.
         self.supervisor_thread: threading.Thread | None = None
+        self.supervised: int | None = None
         self.reaped = Reaped()
         self.remote = RemoteControl(topology.base, topology.path, self.command)
         self.rolling = RollingRestart(topology.shutdown_grace)
@@ -112,9 +113,9 @@ class Swarm:
         self.register_drain_hooks()
         load_modules(self.topology.base.require)
         # The parent never works jobs; close what the preload may have opened.
-        close_pool(self.topology.base)
+        self.remote.runtime.close()  # the base config's, as the preload may have used it
         for slot in self.topology.slots:
-            close_pool(slot.config)
+            slot.runtime.close()
         for state in self.slots.values():
             for index in range(state.wanted):
                 self._spawn(state.slot, index)
@@ -144,6 +145,15 @@ class Swarm:
             self._finished.set()
             self.notifier.close()
         return self.exit_code
+
+    def start_supervising(self, *, daemon: bool) -> threading.Thread:
+        """Run :meth:`supervise` on a thread of its own: the one a drain at exit waits for."""
+        def run() -> None:
+            self.supervised = self.supervise()
+        self.supervisor_thread = threading.Thread(target=run, name="wurk-supervise",
+                                                  daemon=daemon)
+        self.supervisor_thread.start()
+        return self.supervisor_thread
 
     def command(self, name: str) -> None:
         """Hand over ``quiet``, ``restart``, ``more``, ``fewer`` or ``status``."""
@@ -200,6 +210,9 @@ class Swarm:
         self._respawn_missing()
         self.rolling.advance(self.children, self._spawn)
         if recycled := self.memory.over_limit(self.children.values(), time.monotonic()):
+            # Before the TERM, so the jobs its drain gives back carry the evidence.
+            self.reaped.accuse(recycled, evidence.over_memory(
+                rss_kb(recycled.pid), recycled.slot.max_memory_mb))
             processes.stop(recycled, self.topology.shutdown_grace)
         processes.kill_overdue(self.children.values(), time.monotonic())
         processes.kill_hung(self.children.values(), time.monotonic())
@@ -331,14 +344,16 @@ class Swarm:
             # makes it a ready child (its jobs recovered, no boot failure).
             self._read_pipe(child, time.monotonic())
             liveness.close_pipe(child)
-            self._after_exit(child, os.waitstatus_to_exitcode(wait_status))
+            self._after_exit(child, wait_status)
 
-    def _after_exit(self, child: Child, code: int) -> None:
+    def _after_exit(self, child: Child, wait_status: int) -> None:
+        code = os.waitstatus_to_exitcode(wait_status)
         processes.log_exit(child, code)
         self.rolling.forget(child, self.children)
         if child.identity is not None:
             # Its jobs go back now, not when its heartbeat lapses; and it leaves processes.
-            self.reaped.add(child.identity, child.slot, child.overran)
+            self.reaped.add(child.identity, child.slot, child.overran,
+                            evidence.classify(wait_status))
         if self._draining or child.retiring:
             return
         if not self.slots[child.slot.name].count_exit(

@@ -22,6 +22,7 @@ import os
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -35,12 +36,16 @@ from supervisor.parent_keys import (
     SLOT_PARENT_KEYS,
 )
 from supervisor.topology_periodic import parse_periodic
+from wurk.core.suggest import did_you_mean
+from wurk.core.validate import is_number, is_whole
 from wurk.push.periodic import PeriodicEntry
+from wurk.redis.runtime import Runtime, runtime_for
 from wurk.settings.addresses import parse_listen
+from wurk.settings.bounds import Range
 from wurk.settings.config import Config, ConfigError
 from wurk.settings.declaration import DECLARED, config_fields
 from wurk.settings.declared import RANGES as CONFIG_RANGES
-from wurk.settings.limits import Range
+from wurk.settings.files import SettingsFileError, read_settings_file
 from wurk.settings.queues import QueueSpecError, parse_queue
 from wurk.settings.values import environment_layer
 
@@ -54,10 +59,12 @@ RANGES: dict[str, tuple[bool, float, float]] = {
     **{key: (key == "concurrency", CONFIG_RANGES[key].low, CONFIG_RANGES[key].high)
        for key in ("concurrency", "shutdown_timeout")},
 }
+TOP_KEYS = {"wurk", "slot", "periodic"}
 # [wurk] keys only the swarm reads (the rest go to each child's Config).
 SWARM_KEYS = {k.name for k in PARENT_KEYS}
 SLOT_KEYS = {"name", "count", "concurrency", "executor", "executor_threads", "queues",
              "redis_url", "require", "env", "tag", "shutdown_timeout", "health_listen",
+             "max_jobs", "max_jobs_jitter",
              *SLOT_PARENT_KEYS}
 
 
@@ -76,6 +83,12 @@ class Slot:
     child_timeout: float = CHILD_TIMEOUT_DEFAULT
     # TTIN (a signal or a remote one) never takes the slot above this many children.
     max_count: int = MAX_CHILDREN
+
+    @cached_property
+    def runtime(self) -> Runtime:
+        """This process's runtime for the slot's config: its pools, for the parent's
+        reads of the slot's children and for the child it boots; looked up once."""
+        return runtime_for(self.config)
 
 
 @dataclass(frozen=True)
@@ -110,7 +123,9 @@ def load(path: str | Path, *, defaults: Mapping[str, Any] | None = None,
     error in one names ``defaults_source``."""
     path = Path(path)
     try:
-        document = tomllib.loads(path.read_text(encoding="utf-8"))
+        document = tomllib.loads(read_settings_file(path))
+    except SettingsFileError as exc:
+        raise TopologyError(f"{path}: cannot read the topology file: {exc}") from None
     except OSError as exc:
         raise TopologyError(f"{path}: cannot read the topology file: {exc.strerror}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
@@ -124,9 +139,11 @@ def parse(document: dict[str, Any], path: Path, env: Mapping[str, str] | None = 
     """``env`` (default: this process's) gives ``REDIS_URL`` and ``WURK_*``
     values under the file's: the file wins, as with ``wurk run -C``."""
     where = str(path)
-    extra = set(document) - {"wurk", "slot", "periodic"}
+    extra = set(document) - TOP_KEYS
     if extra:
-        raise TopologyError(f"{where}: unknown key {sorted(extra)[0]!r} at the top level")
+        key = sorted(extra)[0]
+        raise TopologyError(f"{where}: unknown key {key!r} at the top level"
+                            f"{did_you_mean(key, TOP_KEYS)}")
     table = _table(document.get("wurk", {}), where, "wurk")
     swarm = {k: table.pop(k) for k in list(table) if k in SWARM_KEYS}
     try:
@@ -166,7 +183,7 @@ def _table(value: Any, where: str, key: str) -> dict[str, Any]:
 
 def _config(values: dict[str, Any], where: str, sources: Mapping[str, str]) -> Config:
     try:
-        return Config.from_mapping(values, source=where, sources=sources)
+        return Config.from_mapping(values, source=where, sources=sources, known=SWARM_KEYS)
     except ConfigError as exc:
         raise TopologyError(str(exc)) from None
 
@@ -175,10 +192,10 @@ def check_range(key: str, value: Any, at: str) -> None:
     """Raise naming ``at``, the key and the value unless it is a number in RANGES[key]."""
     integral, low, high = RANGES[key]
     kind = "an integer" if integral else "a number"
-    ok_type = isinstance(value, int) if integral else isinstance(value, int | float)
+    ok_type = is_whole(value) if integral else is_number(value)
     # NaN fails every comparison, and inf would make a deadline unreachable or
     # overflow a wait; "not low <= value <= high" refuses both.
-    if isinstance(value, bool) or not ok_type or not low <= value <= high:
+    if not ok_type or not low <= value <= high:
         raise TopologyError(f"{at} {key} must be {kind} from {Range(low, high).describe()}, "
                             f"got {value!r}")
 
@@ -200,7 +217,8 @@ def _slot(raw: Any, index: int, shared: dict[str, Any], sources: Mapping[str, st
     table = _table(raw, at, "slot")
     unknown = sorted(set(table) - SLOT_KEYS)
     if unknown:
-        raise TopologyError(f"{at}: unknown key {unknown[0]!r}")
+        raise TopologyError(f"{at}: unknown key {unknown[0]!r}"
+                            f"{did_you_mean(unknown[0], SLOT_KEYS)}")
     name = table.pop("name", None)
     if not isinstance(name, str) or not name.strip():
         raise TopologyError(f"{at}: name must be a non-empty string, got {name!r}")

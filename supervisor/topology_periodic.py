@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from wurk.core.suggest import did_you_mean
 from wurk.push.periodic import PeriodicEntry, PeriodicError, make_entry
 
 KEYS = {"name", "schedule", "job", "args", "tz", "queue", "retry", "missed", "paused"}
@@ -39,7 +40,8 @@ def _entry(table: dict[str, Any], index: int, where: str) -> PeriodicEntry:
     at = f"{where}: periodic[{index}]" + (f" ({label!r})" if isinstance(label, str) else "")
     unknown = sorted(set(table) - KEYS)
     if unknown:
-        raise ValueError(f"{at}: unknown key {unknown[0]!r} (known: {', '.join(sorted(KEYS))})")
+        raise ValueError(f"{at}: unknown key {unknown[0]!r}{did_you_mean(unknown[0], KEYS)} "
+                         f"(known: {', '.join(sorted(KEYS))})")
     for key in ("schedule", "job"):
         if not isinstance(table.get(key), str) or not table[key]:
             raise ValueError(f"{at}: {key} must be a non-empty string, got "

@@ -7,6 +7,9 @@
    left afterwards; ``child_env`` is the environment it gives them.
 3. ``push`` writes a job as Sidekiq would; ``registered_identity`` waits for
    the one live process in ``processes``.
+4. ``wait_quiet`` waits until a quieted worker has no thread left that could
+   run a job; with ``waiting.wait_beats`` (it went on running) a test can say
+   "it did not take the job" after the worker had every chance.
 
 A test module takes the fixtures by assigning them (``spawn = cli_workers.spawn``).
 """
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -26,7 +30,7 @@ from typing import Any
 import pytest
 import redis
 from conftest import RedisServer
-from waiting import wait_for
+from waiting import wait_for, whole_thread_dump
 
 from wurk.wire.payload import new_jid
 
@@ -53,6 +57,14 @@ JOBS_MODULE = textwrap.dedent("""
     def slow(value):
         _r.rpush("cli:started", str(value))
         time.sleep(30)
+
+
+    @wurk.job(name="cli_loop")
+    def loop(value):
+        # A minute of short sleeps: a cancel lands between two of them.
+        _r.rpush("cli:started", str(value))
+        for _ in range(1200):
+            time.sleep(0.05)
 
 
     @wurk.job(name="cli_push_later")
@@ -171,3 +183,20 @@ def registered_identity(r: redis.Redis, worker: Worker) -> str:
     # A Python start-up plus wurk's imports: seconds on a loaded CI machine.
     identity: str = wait_for(one, timeout=30, what="the worker registered")
     return identity
+
+
+def thread_names(worker: Worker) -> list[str]:
+    """The worker's threads, from one whole SIGTTIN dump."""
+    seen = len(worker.events())
+
+    def dumped() -> list[str]:
+        return [e["thread"] for e in worker.events()[seen:] if e.get("event") == "thread.dump"]
+
+    return whole_thread_dump(lambda: worker.send(signal.SIGTTIN), dumped)
+
+
+def wait_quiet(r: redis.Redis, worker: Worker, identity: str) -> None:
+    """Quiet as Redis shows it, and no processor thread left to run a job."""
+    wait_for(lambda: r.hget(identity, "quiet") == "true", 15, what="quiet in the heartbeat")
+    wait_for(lambda: not [n for n in thread_names(worker) if n.startswith("wurk-processor")],
+             30, what="the processor threads gone")

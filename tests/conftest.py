@@ -22,8 +22,9 @@ from faultproxy import FaultProxy
 
 import wurk
 from wurk.core import logging as wlog
+from wurk.push import nowhere
 from wurk.push.job import JobFunction
-from wurk.redis.pools import close_pool
+from wurk.redis.runtime import close_runtime
 from wurk.runtime.launcher import Launcher
 from wurk.settings.config import Config
 
@@ -131,7 +132,8 @@ def config(redis_server: RedisServer, r: redis.Redis) -> Iterator[Config]:
     wurk.configure(cfg)
     wurk.Client._default = None
     yield cfg
-    close_pool(cfg)
+    close_runtime(cfg)
+    close_runtime(wurk.default_config())  # a copy tuning.tuned installed, if any
 
 
 @pytest.fixture
@@ -153,8 +155,9 @@ def launch_with() -> Iterator[Callable[..., Launcher]]:
 
 @pytest.fixture
 def launch(config: Config, launch_with: Callable[..., Launcher]) -> Callable[..., Launcher]:
-    """Start in-process Launchers on the test config; stopped after the test."""
-    return lambda **kwargs: launch_with(config, **kwargs)
+    """Start in-process Launchers on the installed default: the test config, or
+    the copy a test installed with ``tuning.tuned``; stopped after the test."""
+    return lambda **kwargs: launch_with(wurk.default_config(), **kwargs)
 
 
 @pytest.fixture
@@ -184,6 +187,13 @@ def _own_spool(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPat
     """Each test (and every process it starts) spools into its own directory,
     never into the user's ~/.local/state."""
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
+
+
+@pytest.fixture(autouse=True)
+def _unwarned(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test starts as a process that has not yet warned of a push kept for a
+    Redis that never answered, so no test depends on which ran before it."""
+    monkeypatch.setattr(nowhere, "_warned_in", None)
 
 
 @pytest.fixture(autouse=True)

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 import redis
 from faultproxy import FaultProxy
+from tuning import tuned
 
 from wurk.push.job import JobFunction
 from wurk.runtime.launcher import Launcher
@@ -76,9 +77,12 @@ def blocked_in_brpoplpush(r: redis.Redis) -> bool:
 
 
 class Gate:
-    """A job body that records it started, then waits to be released."""
+    """A job body that records it started, then waits to be released (or
+    ``hold`` seconds pass: a test that measures a stop against the job's
+    length holds it far longer than the bound it asserts)."""
 
-    def __init__(self) -> None:
+    def __init__(self, hold: float = 5.0) -> None:
+        self.hold = hold
         self.started = threading.Event()
         self.release = threading.Event()
         self.finished = threading.Event()
@@ -88,7 +92,7 @@ class Gate:
         self.runs.append(tag)
         self.started.set()
         try:
-            self.release.wait(5)
+            self.release.wait(self.hold)
         finally:
             self.finished.set()
 
@@ -100,18 +104,19 @@ class Gated(NamedTuple):
     launcher: Launcher
 
 
-def launch_gated(rb: redis.Redis, define: Define, launch: Launch, tag: str) -> Gated:
+def launch_gated(rb: redis.Redis, define: Define, launch: Launch, tag: str,
+                 hold: float = 5.0) -> Gated:
     """Queue one job that waits behind a :class:`Gate`, then start a launcher."""
-    gate = Gate()
+    gate = Gate(hold)
     job = define(gate.run)
     raw = payload(job.name, tag)
     rb.lpush("queue:default", raw)
     return Gated(gate, job, raw, launch())
 
 
-def quiet_background(config: Config, proxy: FaultProxy) -> None:
-    """Only the fetcher talks to Redis through the proxy once the process has booted."""
-    config.redis_url = proxy.url
-    config.concurrency = 1
-    config.heartbeat_interval = 30.0
-    config.poll_interval_average = 30.0
+def quiet_background(config: Config, proxy: FaultProxy, **changes: Any) -> Config:
+    """A copy of ``config`` (installed as the default) on which only the fetcher
+    talks to Redis through the proxy once the process has booted."""
+    quiet = {"redis_url": proxy.url, "concurrency": 1, "heartbeat_interval": 30.0,
+             "poll_interval_average": 30.0}
+    return tuned(config, **(quiet | changes))

@@ -5,7 +5,8 @@
    file; afterwards it kills each swarm's whole process group, so nothing
    outlives a test.
 2. ``SwarmProcess`` reads those log events, finds the children with psutil
-   and sees them as Sidekiq does (the ``processes`` set and each identity hash).
+   and sees them as Sidekiq does (the ``processes`` set and each identity hash);
+   a child's SIGTTIN thread dump shows when its quiet has taken effect.
 3. Small shared helpers: topology ``slot`` text, a raw ``push``, ``gone``,
    log event times, and the systemd notify socket (a fixture) with its readers.
 4. ``aof_redis_server`` (a fixture standing in for ``redis_server``) and
@@ -41,7 +42,7 @@ import psutil
 import pytest
 import redis
 from conftest import RedisServer, reap_probe_clients, start_redis
-from waiting import wait_for
+from waiting import wait_for, whole_thread_dump
 
 from wurk.wire.payload import new_jid
 
@@ -186,6 +187,21 @@ class SwarmProcess:
             events = self.events(name, **match)
             return events if len(events) >= count else None
         return wait_for(enough, timeout, what=f"{count} x {name} {match}")  # type: ignore[no-any-return]
+
+    def thread_names(self, pid: int) -> list[str]:
+        """Child ``pid``'s threads, from one whole SIGTTIN dump."""
+        seen = len(self.events("thread.dump", pid=pid))
+
+        def dumped() -> list[str]:
+            return [e["thread"] for e in self.events("thread.dump", pid=pid)[seen:]]
+
+        return whole_thread_dump(lambda: os.kill(pid, signal.SIGTTIN), dumped)
+
+    def wait_processors_gone(self, pid: int) -> None:
+        """Child ``pid`` has no processor thread left that could run a job: its
+        quiet has taken effect, not merely arrived."""
+        wait_for(lambda: not [n for n in self.thread_names(pid) if n.startswith("wurk-processor")],
+                 30, what=f"child {pid} without processor threads")
 
     def child_pids(self) -> set[int]:
         try:

@@ -20,16 +20,16 @@ from typing import Any, TypeVar
 
 import pytest
 import redis
+from tuning import tuned
 
 import wurk
-from wurk.push import middleware, unique
+from wurk.batches import keys as batch_keys
+from wurk.push import middleware
 from wurk.push.client import BULK_BATCH, Client
 from wurk.push.job import JobFunction
 from wurk.redis.pool import RedisPool
 from wurk.settings.config import Config
-from wurk.wire import batch as batch_wire
 from wurk.wire.payload import ArgumentError
-from wurk.wire.unique import FOR
 
 T = TypeVar("T")
 Define = Callable[..., JobFunction[..., Any]]
@@ -109,8 +109,9 @@ def test_a_naive_datetime_is_refused_before_anything_is_sent(
         run(lambda _: fn.aperform_at(datetime(2030, 1, 1), 1))
     with pytest.raises(ArgumentError):
         run(lambda _: fn.aperform_async(1, 2, 3, 4))  # too many for job(a, b)
-    with pytest.raises(TypeError, match="JSON"):
-        run(lambda _: fn.aperform_async(object()))
+    with pytest.raises(TypeError, match="'a' must be int, got object"):
+        run(lambda _: fn.aperform_async(object()))  # annotated int: refused by its type
+
     assert r.dbsize() == 0
 
 
@@ -179,7 +180,7 @@ def test_client_middleware_runs_and_may_stop_or_change_a_push(config: Config,
         payload["at"] = payload.get("at")  # a middleware may touch ``at``
         call_next()
 
-    config.client_middleware = [mw]
+    config = tuned(config, client_middleware=[mw])
 
     async def pushes(client: wurk.AsyncClient) -> list[Any]:
         return [await client.push({"class": "Echo", "args": ["go"]}),
@@ -261,23 +262,25 @@ def test_the_async_enqueue_example_runs(redis_server: Any, r: redis.Redis) -> No
     assert in_queues + r.zcard("schedule") == 9 and r.zcard("schedule") == 1
 
 
-def test_a_built_in_step_with_no_async_form_runs_on_a_thread(
-        config: Config, r: redis.Redis, define: Define,
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    threads: list[str] = []
-
-    def admit(batch: Any, pool: Any) -> list[bool]:
-        threads.append(threading.current_thread().name)
-        assert isinstance(pool, RedisPool)  # the sync pool, on a worker thread
-        return unique.admit(batch, pool)
-
-    monkeypatch.setattr(middleware, "BUILT_IN",
-                        (middleware.BuiltIn(FOR, admit, unique.give_back),))
+def test_the_built_in_steps_of_an_async_push_stay_on_the_loop(
+        config: Config, r: redis.Redis, define: Define) -> None:
+    # Every built-in step (the unique lock, the batch count of a buffered
+    # push) goes through the AsyncClient's own pool: no worker thread, no sync pool.
+    before = set(threading.enumerate())
     fn = define(job, unique_for=60)
     assert run(lambda _: fn.aperform_async(1)) is not None
     assert run(lambda _: fn.aperform_async(1)) is None  # still deduplicated
-    assert len(threads) == 2 and threading.main_thread().name not in threads
-    assert len(queued(r)) == 1
+    b = wurk.Batch()
+
+    async def counted(client: wurk.AsyncClient) -> tuple[str | None, list[str]]:
+        jid = await client.push({"class": "Batched", "args": [1], "bid": b.bid})
+        # Seen before the loop closes: asyncio.run ends its worker threads.
+        return jid, [t.name for t in set(threading.enumerate()) - before]
+
+    pushed, started = run(counted, buffered=True)
+    assert pushed in set(r.smembers(batch_keys.key(b.bid, batch_keys.PENDING)))
+    assert [name for name in started if name.startswith("asyncio_")] == []
+    assert len(queued(r)) == 2
 
 
 def test_time_results_and_batch_fields_match_the_sync_clients(
@@ -298,7 +301,7 @@ def test_time_results_and_batch_fields_match_the_sync_clients(
     aio_jid = run(lambda client: client.push({**item, "bid": b.bid}))
     sync, aio = queued(r)
     same_payload(sync, aio)
-    counted = set(r.smembers(batch_wire.key(b.bid, batch_wire.PENDING)))
+    counted = set(r.smembers(batch_keys.key(b.bid, batch_keys.PENDING)))
     assert {sync_jid, aio_jid} <= counted  # the batch step ran for the async push too
 
 

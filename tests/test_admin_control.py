@@ -11,7 +11,6 @@ subprocess). Swarm-level control is in test_swarm_control.py.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -22,7 +21,8 @@ import redis
 from admin_cli import HOST, Cli, swarm_control
 from conftest import RedisServer
 from test_api_support import launched, recording_job, ruby_heartbeat
-from waiting import wait_for
+from tuning import tuned
+from waiting import wait_beats, wait_for
 
 from wurk.settings.config import Config
 
@@ -32,30 +32,48 @@ keep_logging = admin_cli.keep_logging
 cli = admin_cli.cli
 
 
-def test_pause_and_unpause_name_unknown_queues(cli: Cli, r: redis.Redis) -> None:
+def test_unpause_names_unknown_queues_and_changes_nothing(cli: Cli, r: redis.Redis) -> None:
     r.sadd("queues", "default")
-    result = cli("pause", "default", "nope")
+    r.sadd("paused", "default")
+    result = cli("unpause", "default", "nope")
     assert result.code == 1
     assert result.err == "wurk: unknown queue 'nope' (not in the 'queues' set)\n"
-    assert r.smembers("paused") == set()  # checked all first: default was not paused
-    assert cli("unpause", "nope").code == 1
+    assert r.smembers("paused") == {"default"}  # checked all first: default stayed paused
+
+
+def test_a_queue_can_be_paused_before_anything_was_pushed_to_it(cli: Cli, r: redis.Redis) -> None:
+    # Pausing ahead of a deploy: the queue exists only once its first job is pushed.
+    result = cli("pause", "reports", "--json")
+    assert result.code == 0
+    assert result.json == {"action": "pause", "queues": ["reports"], "unseen": ["reports"]}
+    assert r.smembers("paused") == {"reports"}
+    assert "nothing was pushed to it yet" in cli("pause", "reports").lines[0]
+    # Paused but never pushed to: unpause knows it.
+    assert cli("unpause", "reports").lines == ["unpaused 'reports'"]
+    assert r.smembers("paused") == set()
+    assert cli("pause", " ").code != 0
 
 
 def test_a_paused_queue_runs_its_job_only_after_unpause(cli: Cli, config: Config,
                                                         r: redis.Redis) -> None:
     r.sadd("queues", "default")
     paused = cli("pause", "default", "--json")
-    assert paused.json == {"action": "pause", "queues": ["default"]}
+    assert paused.json == {"action": "pause", "queues": ["default"], "unseen": []}
     assert r.smembers("paused") == {"default"}
+    # in this order: "default" first, unless paused
+    config = tuned(config, queues=["default", "probe"])
     with recording_job() as (job, runs), launched(config):
         job.perform_async("held")
-        time.sleep(1.5)  # fetchers look at the paused set at least once a second
-        assert runs == []
+        # A fetch that took the later job passed "held" over: it had the chance.
+        job.set(queue="probe").perform_async("probe")
+        wait_for(lambda: runs, timeout=15, what="a job run")
+        assert runs == [("probe",)]
         assert r.llen("queue:default") == 1
-        assert [q["paused"] for q in cli("queues", "--json").json] == [True]
+        assert {q["name"]: q["paused"] for q in cli("queues", "--json").json} == {
+            "default": True, "probe": False}
 
         assert cli("unpause", "default").lines == ["unpaused 'default'"]
-        wait_for(lambda: runs == [("held",)], timeout=10)
+        wait_for(lambda: runs == [("probe",), ("held",)], timeout=10)
     assert r.smembers("paused") == set()
 
 
@@ -160,10 +178,10 @@ def test_dump_quiet_and_stop_reach_a_wurk_run_process(
     quieted = cli("quiet", identity)
     assert quieted.lines == [f"TSTP sent to process {identity}: quiet (take no new jobs) "
                              "at its next heartbeat"]
-    # The heartbeat is 0.2 s; the deadline is generous for a loaded machine.
-    wait_for(lambda: r.hget(identity, "quiet") == "true", timeout=5)
+    # Quiet, and no processor thread left that could run a job.
+    cli_workers.wait_quiet(r, worker, identity)
     cli_workers.push(r, "cli_echo", "late")
-    time.sleep(1.0)
+    wait_beats(r, identity)  # still running, with time for a fetch it must not make
     assert r.llen("cli:done") == 0 and r.llen("queue:default") == 1
 
     assert cli("stop", identity).code == 0

@@ -43,7 +43,7 @@ def test_retries_list_retry_delete_clear(cli: Cli, r: redis.Redis) -> None:
     assert (listed["set"], listed["size"]) == ("retry", 3)
     assert [e["jid"] for e in listed["entries"]] == ["b", "c", "a"]  # soonest first
     assert listed["entries"][0] == {
-        "jid": "b", "class": "WurkEcho", "queue": "default", "args": [1],
+        "jid": "b", "handle": "b", "class": "WurkEcho", "queue": "default", "args": [1],
         "at": pytest.approx(now + 10), "retry_count": 2, "error_class": "RuntimeError",
         "error_message": "boom"}
     lines = cli("retries", "list").lines

@@ -76,5 +76,5 @@ def test_spool_discard_asks_unless_yes(cli: Cli, redis_server: RedisServer,
     assert cli("spool", "discard", "nosuch.spool", "--yes").code == 1
     result = cli("spool", "discard", path.name, "--yes", "--json")
     assert result.code == 0, result.err
-    assert result.json["discarded"] == [{"file": path.name, "jobs": 2, "jids": jids}]
+    assert result.json["discarded"] == [{"file": path.name, "jobs": 2, "jids": jids, "released": 0}]
     assert not path.exists() and r.llen("queue:spooled") == 0

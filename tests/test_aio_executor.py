@@ -24,7 +24,7 @@ from waiting import wait_for
 
 import wurk
 from wurk.push.job import JobFunction
-from wurk.runtime import aio
+from wurk.runtime import event_loop
 from wurk.runtime.aio_manager import AsyncManager
 from wurk.runtime.aio_processor import sync_threads
 from wurk.runtime.launcher import Launcher
@@ -110,7 +110,7 @@ def test_five_hundred_coroutines_run_at_once_and_never_more(
     wait_for(lambda: tally.now == 500, timeout=30)
     # The heartbeat reports them in flight, one work-hash field each.
     wait_for(lambda: r.hlen(f"{launcher.identity}:work") == 500, timeout=10)
-    aio.loop().call_soon_threadsafe(gate.set)
+    event_loop.loop().call_soon_threadsafe(gate.set)
     wait_for(lambda: tally.done == 800, timeout=40)
     assert tally.peak == 500
     assert tally.threads == {"wurk-asyncio"}

@@ -78,8 +78,8 @@ AIO_JOBS = textwrap.dedent("""
     @wurk.job(name="x_nap")
     async def nap(tag, seconds):
         r().rpush("x:started", tag)
-        # Long the first time only: a job recovered from a killed process is a
-        # suspect that runs alone (poison-pill guard), so its second run is quick.
+        # Long the first time only: the run the kill interrupts is the one
+        # that matters, so the recovered runs finish quickly.
         first = r().sadd("x:began", tag)
         await asyncio.sleep(seconds if first else 0)
         r().sadd("x:finished", tag)

@@ -12,6 +12,7 @@ import threading
 import time
 
 import pytest
+from waiting import wait_for
 
 from wurk.runtime.aio_manager import Places
 from wurk.runtime.handover import HandOver
@@ -95,28 +96,27 @@ def test_jobs_beyond_what_was_asked_wait_for_the_next_take() -> None:
 
 
 def test_a_closed_fetch_gives_nothing_at_once() -> None:
-    claimer = Claimer()
-    claimer.stop()
-    claimer.closed = True
+    lock = threading.Lock()
+    # No fetcher ever answers: a take that waited would wait the whole 30 s.
+    handover = HandOver(lock, threading.Condition(lock), 30.0, lambda: True)
     started = time.monotonic()
-    assert claimer.handover.take_many(10) == []
-    assert time.monotonic() - started < 1.0
+    assert handover.take_many(10) == []
+    assert time.monotonic() - started < 5.0  # at once, not the 30 s fetch timeout
+    assert handover.waiting == 0
 
 
 def test_a_stops_wake_up_ends_a_waiting_take() -> None:
     lock = threading.Lock()
-    handover = HandOver(lock, threading.Condition(lock), 10.0, lambda: False)
+    # Left alone, the take waits out its 30 s fetch timeout.
+    handover = HandOver(lock, threading.Condition(lock), 30.0, lambda: False)
     got: list[list[UnitOfWork]] = []
-    taker = threading.Thread(target=lambda: got.append(handover.take_many(5)))
+    taker = threading.Thread(target=lambda: got.append(handover.take_many(5)), daemon=True)
     taker.start()
-    deadline = time.monotonic() + 5
-    while handover.waiting == 0 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_for(lambda: handover.waiting, 10, what="the taker waits")
     assert handover.waiting == 5
-    started = time.monotonic()
     handover.release_waiters()
-    taker.join(5)
-    assert got == [[]] and time.monotonic() - started < 2.0
+    taker.join(10)  # the wake-up, not the timeout, ends the take
+    assert not taker.is_alive() and got == [[]]
     assert handover.waiting == 0 and handover.pending == 0
 
 

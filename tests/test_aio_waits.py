@@ -25,7 +25,7 @@ from waiting import wait_for
 
 import wurk
 from wurk.push.job import JobFunction
-from wurk.runtime import aio
+from wurk.runtime import event_loop
 from wurk.runtime.launcher import Launcher
 from wurk.settings.config import Config
 
@@ -34,7 +34,7 @@ Define = Callable[..., JobFunction[..., Any]]
 
 RACED_THEN_PROFILED = """
 import asyncio, threading
-from wurk.runtime import aio
+from wurk.runtime import event_loop
 from wurk.runtime.job_timer import JobTimer, raise_in, timeout_type
 from wurk.runtime.time_limits import Limits
 from wurk.runtime.work import UnitOfWork
@@ -49,10 +49,10 @@ async def sleepy():
         raise
 
 # 1. The timer's own path: the task is cancelled, nothing is raised in the thread.
-timer = JobTimer(None, None, None, None, None)
+timer = JobTimer(None, None)
 work = UnitOfWork("default", b"{}")
 outcome = timer.run("slot", work, {"jid": "j"}, None, limits=Limits(timeout=0.05),
-                    call=lambda: aio.run(sleepy()))
+                    call=lambda: event_loop.run(sleepy()))
 assert type(outcome).__name__ == "JobTimeout", outcome
 timer.stop()
 
@@ -62,13 +62,13 @@ caught = []
 
 def wait():
     try:
-        aio.run(sleepy())
+        event_loop.run(sleepy())
     except BaseException as exc:
         caught.append(type(exc).__name__)
 
 waiter = threading.Thread(target=wait)
 waiter.start()
-while aio.waiting_threads() == 0:
+while event_loop.waiting_threads() == 0:
     threading.Event().wait(0.01)
 raise_in(waiter.ident, timeout_type("raced", 1.0, False))
 waiter.join(10)
@@ -93,10 +93,10 @@ def test_a_wait_on_a_loop_closed_without_waking_it_ends() -> None:
     with a clear error instead of blocking its thread for good."""
     closed = asyncio.new_event_loop()
     closed.close()
-    waiting = aio._Waiting(queue.SimpleQueue())
-    assert aio._next(waiting, closed) is waiting
+    waiting = event_loop._Waiting(queue.SimpleQueue())
+    assert event_loop._next(waiting, closed) is waiting
     with pytest.raises(RuntimeError, match="event loop stopped"):
-        aio._outcome(waiting)
+        event_loop._outcome(waiting)
 
 
 def test_a_stop_cancels_only_the_coroutines_of_its_own_launcher(
@@ -132,7 +132,7 @@ def test_a_stop_cancels_only_the_coroutines_of_its_own_launcher(
     release.set()
     wait_for(lambda: "done:stay" in marks, timeout=5)
     assert "cancelled:stay" not in marks
-    wait_for(lambda: r.llen("queue:staying") == 0 and aio.waiting_threads() == 0, timeout=5)
+    wait_for(lambda: r.llen("queue:staying") == 0 and event_loop.waiting_threads() == 0, timeout=5)
     assert r.zcard("retry") == 0 and r.zcard("dead") == 0
 
 
@@ -143,14 +143,14 @@ def test_a_task_that_cannot_be_created_fails_the_wait_instead_of_hanging() -> No
     async def never() -> None:
         raise AssertionError("not run")
 
-    target = aio.loop()
+    target = event_loop.loop()
     target.set_task_factory(refuse)
     try:
         with pytest.raises(ValueError, match="no tasks today"):
-            aio.run(never())
+            event_loop.run(never())
     finally:
         target.set_task_factory(None)
-    assert aio.waiting_threads() == 0
+    assert event_loop.waiting_threads() == 0
 
 
 def test_a_stop_cancels_a_coroutine_that_swallowed_its_soft_limit(
@@ -175,5 +175,5 @@ def test_a_stop_cancels_a_coroutine_that_swallowed_its_soft_limit(
     wait_for(lambda: marks == ["started", "shrugged"], timeout=10)
     assert launcher.stop(time.monotonic() + 0.3) == 1
     wait_for(lambda: marks == ["started", "shrugged", "stopped"], timeout=5)
-    wait_for(lambda: aio.waiting_threads() == 0, timeout=5)
+    wait_for(lambda: event_loop.waiting_threads() == 0, timeout=5)
     assert [json.loads(raw)["jid"] for raw in r.lrange("queue:default", 0, -1)] == [jid]

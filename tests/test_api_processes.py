@@ -10,6 +10,7 @@ import pytest
 import redis
 from structlog.testing import capture_logs
 from test_api_support import RUBY_IDENTITY, RUBY_INFO, launched, ruby_heartbeat
+from tuning import tuned
 from waiting import wait_for
 
 from wurk.api import Process, ProcessControlError, ProcessSet, UnknownProcessError
@@ -147,7 +148,7 @@ def test_embedded_processes_refuse_quiet_and_stop(config: Config, r: redis.Redis
 
 
 def test_a_real_launcher_as_the_api_sees_it(config: Config) -> None:
-    config.tag, config.labels, config.queues = "t1", ["x"], ["critical", "default"]
+    config = tuned(config, tag="t1", labels=["x"], queues=["critical", "default"])
     with launched(config) as launcher:
         process = ProcessSet(config=config).lookup(launcher.identity)
         assert (process.pid, process.tag, process.labels) == (os.getpid(), "t1", ["x"])

@@ -9,6 +9,7 @@ import time
 import pytest
 import redis
 from test_api_support import RUBY_JOB, job_json, launched, recording_job
+from tuning import tuned
 from waiting import wait_for
 
 import wurk
@@ -75,7 +76,7 @@ def test_pause_and_unpause_use_the_paused_set(config: Config, r: redis.Redis) ->
 @pytest.mark.parametrize("reliable", [True, False], ids=["reliable-fetch", "basic-fetch"])
 def test_a_real_launcher_skips_a_paused_queue_until_unpaused(config: Config,
                                                              reliable: bool) -> None:
-    config.queues, config.reliable_fetch = ["default", "other"], reliable
+    config = tuned(config, queues=["default", "other"], reliable_fetch=reliable)
     Queue("default", config=config).pause()
     with recording_job() as (job, runs):
         job.set(queue="default").perform_async("held")

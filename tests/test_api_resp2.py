@@ -18,16 +18,16 @@ from test_api_support import RUBY_IDENTITY, RUBY_INFO, RUBY_JOB, ruby_heartbeat
 
 import wurk
 from wurk.api import ProcessSet, RetrySet, ScheduledSet, Stats, Workers
-from wurk.redis.pools import close_pool, pool_for
+from wurk.redis.runtime import close_runtime, runtime_for
 from wurk.settings.config import Config
 
 
 @pytest.fixture
 def resp2(redis_server: RedisServer, r: redis.Redis) -> Iterator[Config]:
     cfg = Config(redis_url=f"{redis_server.url}?protocol=2", log_level="warning")
-    assert pool_for(cfg).call("HGETALL", "nothing") == []  # a map would be {} in RESP3
+    assert runtime_for(cfg).pool.call("HGETALL", "nothing") == []  # a map would be {} in RESP3
     yield cfg
-    close_pool(cfg)
+    close_runtime(cfg)
 
 
 def test_sorted_set_reads_and_moves(resp2: Config, r: redis.Redis) -> None:

@@ -118,7 +118,7 @@ def test_counts_written_by_a_real_launcher(config: Config) -> None:
         wurk.Client(config).push({"class": "api_no_such_job", "args": [], "retry": False})
         with launched(config) as launcher:
             wait_for(lambda: len(ok_runs) == 2)
-            wait_for(lambda: Stats(config=config).processed == 3, timeout=3)
+            wait_for(lambda: Stats(config=config).processed == 3)
             launcher.stop()
     stats = Stats(config=config)
     assert (stats.processed, stats.failed) == (3, 1)

@@ -27,10 +27,34 @@ pytest.importorskip("fastapi")
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
+import wurk
 from examples import fastapi_app
 from examples.jobs import CHARGES, WELCOMED
 from wurk.contrib.asgi import Workers, lifespan, with_workers
 from wurk.settings.config import Config
+
+
+def test_the_lifespan_closes_the_loops_default_async_client(config: Config,
+                                                            r: redis.Redis) -> None:
+    from examples.jobs import send_welcome_email
+    from wurk.push import aclient
+
+    async def serve() -> tuple[Any, Any]:
+        async with Workers(embedded=True, config=config).lifespan():
+            used = wurk.AsyncClient.default()
+            await send_welcome_email.set(client=used).aperform_async(5, "e@example.com")
+        # Closed with the app: a later push on this loop gets a client of its own.
+        return used, aclient._defaults.get(asyncio.get_running_loop())
+
+    previous = wurk.default_config()
+    wurk.configure(config)
+    try:
+        used, left = asyncio.run(serve())
+    finally:
+        wurk.configure(previous)
+    assert left is None and used is not None
+    # The push itself landed (the worker may have stopped before it ran it).
+    assert r.llen("queue:default") == 1 or r.sismember(WELCOMED, "5")
 
 
 def test_an_embedded_worker_runs_jobs_pushed_from_async_and_sync_handlers(

@@ -32,7 +32,7 @@ import wurk
 from wurk.cli import EX_OVERRAN
 from wurk.push.job import JobFunction
 from wurk.push.results import result as wurk_result
-from wurk.runtime import aio
+from wurk.runtime import event_loop
 from wurk.runtime.launcher import Launcher
 from wurk.runtime.middleware import current_job
 from wurk.settings.config import Config
@@ -118,12 +118,12 @@ def test_waiting_on_the_loop_thread_itself_is_refused_not_a_hang() -> None:
 
     async def outer() -> str:
         try:
-            aio.run(inner())
+            event_loop.run(inner())
         except RuntimeError as exc:
             return str(exc)
         return "ran"
 
-    assert "its own event loop thread" in aio.run(outer())
+    assert "its own event loop thread" in event_loop.run(outer())
 
 
 def test_async_functions_and_perform_methods_run_and_are_acknowledged(
@@ -225,7 +225,7 @@ def test_a_soft_limit_cancels_the_task_and_fails_with_job_timeout(
     assert failed["error_class"] == "JobTimeout"
     assert failed["error_message"] == "job ran past its timeout of 0.3s"
     assert marks == ["asleep", "cancelled"]
-    assert aio.waiting_threads() == 0
+    assert event_loop.waiting_threads() == 0
 
 
 def test_a_hard_limit_cancels_the_task_and_settles_a_timeout(
@@ -248,7 +248,7 @@ def test_a_hard_limit_cancels_the_task_and_settles_a_timeout(
     assert (failed["jid"], failed["error_class"]) == (jid, "JobTimeout")
     assert failed["error_message"] == "job ran past its hard_timeout of 0.4s"
     wait_for(lambda: asked == [True] and marks == ["cancelled"], timeout=5)
-    wait_for(lambda: aio.waiting_threads() == 0, timeout=5)
+    wait_for(lambda: event_loop.waiting_threads() == 0, timeout=5)
 
 
 def test_a_stop_hands_back_running_async_jobs_and_cancels_their_tasks(
@@ -277,7 +277,7 @@ def test_a_stop_hands_back_running_async_jobs_and_cancels_their_tasks(
     requeued = launcher.stop(time.monotonic() + 0.5)
     assert requeued == 3
     wait_for(lambda: sum(m.startswith("cancelled") for m in marks) == 3, timeout=5)
-    wait_for(lambda: aio.waiting_threads() == 0, timeout=5)
+    wait_for(lambda: event_loop.waiting_threads() == 0, timeout=5)
     back = {json.loads(raw)["jid"] for raw in r.lrange("queue:default", 0, -1)}
     assert back == jids
     assert r.zcard("retry") == 0 and r.zcard("dead") == 0
@@ -381,7 +381,7 @@ def test_a_soft_limit_under_an_async_middleware_fails_the_job(
     wait_for(lambda: r.zcard("retry") == 1, timeout=10)
     failed = json.loads(r.zrange("retry", 0, -1)[0])
     assert failed["error_class"] == "JobTimeout"
-    assert aio.waiting_threads() == 0
+    assert event_loop.waiting_threads() == 0
 
 
 def test_system_exit_in_an_async_job_fails_it_and_the_loop_lives_on(
@@ -421,7 +421,7 @@ def test_a_job_that_stops_the_loop_fails_and_the_next_one_gets_a_new_loop(
     assert json.loads(r.zrange("retry", 0, -1)[0])["error_class"] == "CancelledError"
     define(after).perform_async()
     wait_for(lambda: ran == ["after"], timeout=10)
-    assert aio.waiting_threads() == 0
+    assert event_loop.waiting_threads() == 0
 
 
 TAG: contextvars.ContextVar[str] = contextvars.ContextVar("TAG", default="unset")
@@ -459,14 +459,14 @@ def test_a_forked_child_runs_async_jobs_on_its_own_loop(
         await asyncio.sleep(0)
         return os.getpid(), threading.get_native_id()
 
-    parent_pid, parent_loop_thread = aio.run(whose())
+    parent_pid, parent_loop_thread = event_loop.run(whose())
     assert parent_pid == os.getpid()
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child reports through the pipe
         code = 1
         try:
-            child_pid, child_loop_thread = aio.run(whose())
+            child_pid, child_loop_thread = event_loop.run(whose())
             report = {"pid_ok": child_pid == os.getpid(),
                       "new_thread": child_loop_thread != parent_loop_thread}
             os.write(write_end, json.dumps(report).encode())

@@ -16,7 +16,7 @@ from waiting import wait_for
 
 import wurk
 from wurk.push.job import JobFunction
-from wurk.redis.pools import close_pool
+from wurk.redis.runtime import close_runtime, runtime_for
 from wurk.settings.config import Config
 
 Define = Callable[..., JobFunction[..., Any]]
@@ -171,19 +171,19 @@ def test_a_death_fires_death_once_and_complete_but_never_success(
 
 def test_a_job_counted_twice_counts_once(config: Config, r: redis.Redis, define: Define) -> None:
     """A job run again after reliable-fetch recovery: its second success changes nothing."""
-    from wurk.runtime import batch as worker_side
+    from wurk.batches import step as worker_side
 
     with wurk.Batch(on_success=recorder(define, r, "cb")) as b:
         jid = b.add(define(lambda: None))
         other = b.add(define(lambda: None))
     job = {"jid": jid, "bid": b.bid, "class": "x"}
     for _ in range(3):
-        assert worker_side.succeeded(config, job, lambda wait: False)
+        assert worker_side.succeeded(runtime_for(config), job, lambda wait: False)
     assert r.hget(f"b-{b.bid}", "pending") == "1" and not r.exists(f"b-{b.bid}-success")
-    worker_side.failed(config, job, ValueError("late"), "retry",  # after success: ignored
-                       lambda wait: False)
+    worker_side.failed(runtime_for(config), job, ValueError("late"),  # after success: ignored
+                       "retry", lambda wait: False)
     assert r.scard(f"b-{b.bid}-failed") == 0
-    worker_side.succeeded(config, {"jid": other, "bid": b.bid}, lambda wait: False)
+    worker_side.succeeded(runtime_for(config), {"jid": other, "bid": b.bid}, lambda wait: False)
     assert r.exists(f"b-{b.bid}-success") and r.llen("queue:default") == 3  # 2 jobs, 1 callback
 
 
@@ -198,7 +198,7 @@ def test_callbacks_carry_sidekiq_8_millisecond_timestamps_when_configured(
     assert abs(payload["enqueued_at"] / 1000 - time.time()) < 5
     assert payload["args"][1:] == [1] and payload["args"][0]["event"] == "complete"
     assert "bid" not in payload  # a top-level batch's callbacks belong to no batch
-    close_pool(ms)
+    close_runtime(ms)
 
 
 def test_a_death_in_a_child_fires_death_in_the_parent_too(
@@ -247,23 +247,25 @@ def test_a_reopened_batch_whose_block_raises_lets_go(
 
 def test_a_scheduled_job_is_counted_when_pushed_and_holds_the_batch_until_it_runs(
         config: Config, r: redis.Redis, define: Define, launch: Callable[..., Any]) -> None:
-    later = define(lambda: r.rpush("ran", "later"))
+    # The job notes when it ran and how many callbacks had fired by then.
+    later = define(lambda: r.rpush("ran", json.dumps([time.time(), r.llen("cb")])))
     done = recorder(define, r, "cb")
     launch()
+    at = time.time() + 1.0
     with wurk.Batch(on_success=done) as b:
-        b.push({"class": later.name, "args": [], "at": time.time() + 1.0})
+        b.push({"class": later.name, "args": [], "at": at})
     assert r.zcard("schedule") == 1 and r.hget(f"b-{b.bid}", "pending") == "1"
-    time.sleep(0.3)
-    assert r.llen("cb") == 0
     wait_for(lambda: r.llen("cb") == 1, timeout=10)
-    assert r.lrange("ran", 0, -1) == ["later"]
+    [(ran_at, callbacks_before)] = [json.loads(x) for x in r.lrange("ran", 0, -1)]
+    # It ran when due, and the batch waited for it: no callback before it ran.
+    assert ran_at >= at and callbacks_before == 0
 
 
 def test_through_a_redis_outage_the_worker_retries_the_count_until_a_stop_abandons_it(
         config: Config, r: redis.Redis) -> None:
     from conftest import free_port
 
-    from wurk.runtime import batch as worker_side
+    from wurk.batches import step as worker_side
 
     away = Config(redis_url=f"redis://127.0.0.1:{free_port()}/0", redis_retry_attempts=1,
                   redis_connect_timeout=0.2, redis_retry_base=0.01, redis_retry_cap=0.02,
@@ -275,10 +277,16 @@ def test_through_a_redis_outage_the_worker_retries_the_count_until_a_stop_abando
         return len(waits) == 3  # a hard stop on the third wait
     job = {"jid": "j" * 24, "bid": "some-batch"}
     try:
-        assert worker_side.succeeded(away, job, abandoned) is False
+        assert worker_side.succeeded(runtime_for(away), job, abandoned) is False
         assert len(waits) == 3 and all(0 < w < 0.1 for w in waits)
         waits.clear()
-        worker_side.failed(away, job, ValueError("x"), "dead", abandoned)
+        worker_side.failed(runtime_for(away), job, ValueError("x"), "dead", abandoned)
         assert len(waits) == 3
     finally:
-        close_pool(away)
+        close_runtime(away)
+
+
+def test_a_new_bid_never_reads_as_a_command_line_option() -> None:
+    from wurk.batches.keys import new_bid
+    bids = [new_bid() for _ in range(20_000)]  # about 300 would start with "-" before
+    assert all(len(b) == 14 and not b.startswith("-") for b in bids)

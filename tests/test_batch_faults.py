@@ -21,12 +21,15 @@ from waiting import wait_for
 
 import wurk
 from tests.faultproxy import FaultProxy
-from wurk.api.batches import BatchStatus
-from wurk.push import batch_step, prepare
+from wurk.batches import push as batch_push
+from wurk.batches.api import BatchStatus
+from wurk.push import prepare
 from wurk.push.job import JobFunction
 from wurk.redis.apool import AsyncRedisPool
 from wurk.redis.pool import RedisPool
 from wurk.settings.config import Config
+from wurk.wire import keys
+from wurk.wire.push_lua import PUSH_MARKED
 
 Define = Callable[..., JobFunction[..., Any]]
 cli = admin_cli.cli
@@ -38,9 +41,41 @@ def settings(url: str) -> Config:
                   redis_retry_attempts=3, log_level="warning")
 
 
+class Watched:
+    """A connection that notes the first two words of each command sent through it."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+        self.sent: list[tuple[Any, ...]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.conn, name)
+
+    def call(self, *args: Any, **kwargs: Any) -> Any:
+        self.sent.append(args[:2])
+        return self.conn.call(*args, **kwargs)
+
+    def script(self, script: Any, keys: list[str], args: list[Any]) -> Any:
+        self.sent.append(("EVALSHA", script.sha))
+        return self.conn.script(script, keys, args)
+
+    def pipeline(self, commands: Any, **kwargs: Any) -> Any:
+        self.sent.extend(tuple(command[:2]) for command in commands)
+        return self.conn.pipeline(commands, **kwargs)
+
+    @property
+    def wrote_jobs(self) -> bool:
+        """Whether a plain job write went through: one that sets a push mark,
+        or the checked push (PUSH_MARKED)."""
+        return any(sent == ("EVALSHA", PUSH_MARKED.sha)
+                   or (sent[0] == "SET" and str(sent[1]).startswith(keys.PUSH_MARK_PREFIX))
+                   for sent in self.sent if len(sent) == 2)
+
+
 class LosesReply:
-    """A pool that, once armed, runs the next non-idempotent block and then raises
-    as if the connection broke before the reply came back: the write applied."""
+    """A pool that, once armed, runs the next block that writes jobs (a plain
+    write, or any non-idempotent block) and then raises as if the connection
+    broke before the reply came back: the write applied."""
 
     def __init__(self, real: RedisPool) -> None:
         self.real = real
@@ -51,11 +86,15 @@ class LosesReply:
 
     def run(self, block: Callable[[Any], Any], *, idempotent: bool = False,
             attempts: int | None = None) -> Any:
-        result = self.real.run(block, idempotent=idempotent, attempts=attempts)
-        if self.armed and not idempotent:
-            self.armed = False
-            raise rx.ConnectionError("the reply was lost")
-        return result
+        def watched(conn: Any) -> Any:
+            seen = Watched(conn)
+            result = block(seen)
+            if self.armed and (seen.wrote_jobs or not idempotent):
+                self.armed = False
+                raise rx.ConnectionError("the reply was lost")
+            return result
+
+        return self.real.run(watched, idempotent=idempotent, attempts=attempts)
 
     def pipeline(self, commands: Any, *, transaction: bool = False, idempotent: bool = False,
                  attempts: int | None = None) -> list[Any]:
@@ -132,13 +171,56 @@ def test_a_buffered_push_counts_first_and_keeps_its_count_when_the_reply_is_lost
     assert client.buffer is not None
     batch = wurk.Batch("buffered", client=client)
     pool.armed = True
-    with pytest.raises(rx.ConnectionError):
+    with pytest.raises(wurk.PushOutcomeUnknown):
         batch.push({"class": "Echo", "args": ["landed"], "unique_for": 60})
     assert queued_args(r) == ["landed"]
     assert r.hget(f"b-{batch.bid}", "total") == "1"  # counted first, kept
     assert len(list(r.scan_iter("unique:*"))) == 1
     batch.commit()
     assert not r.exists(f"b-{batch.bid}-complete")
+
+
+class CountsTrips:
+    """A pool that counts the round trips its blocks make on their real connections."""
+
+    def __init__(self, real: RedisPool) -> None:
+        self.real = real
+        self.trips = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+    def run(self, block: Callable[[Any], Any], **kwargs: Any) -> Any:
+        def counted(conn: Any) -> Any:
+            before = conn.round_trips
+            try:
+                return block(conn)
+            finally:
+                self.trips += conn.round_trips - before
+
+        return self.real.run(counted, **kwargs)
+
+
+def test_a_buffered_push_counts_all_its_batches_in_one_round_trip(
+        r: redis.Redis, config: Config) -> None:
+    pool = CountsTrips(RedisPool.from_config(config))
+    bids: list[str] = []
+
+    def spread(job_class: str, payload: dict[str, Any], queue: str, redis: Any,
+               call_next: Callable[[], Any]) -> None:
+        payload["bid"] = bids[payload["args"][0] % 2]  # odd and even jobs, two batches
+        call_next()
+
+    client = wurk.Client(config, pool=pool, buffered=True, drain_spool=False,  # type: ignore[arg-type]
+                         middleware=[spread])
+    even, odd = wurk.Batch("even", client=client), wurk.Batch("odd", client=client)
+    bids += [even.bid, odd.bid]
+    client.push({"class": "Echo", "args": [0]})  # warm: the scripts are loaded
+    pool.trips = 0
+    assert len(client.push_bulk({"class": "Echo", "args": [[i] for i in range(1, 7)]})) == 6
+    assert pool.trips == 2  # both batches' counts, then the write
+    assert r.hget(f"b-{even.bid}", "total") == "4" and r.hget(f"b-{odd.bid}", "total") == "3"
+    assert sorted(queued_args(r)) == list(range(7))
 
 
 def test_a_finished_batch_refuses_the_whole_write_with_nothing_written(
@@ -149,17 +231,17 @@ def test_a_finished_batch_refuses_the_whole_write_with_nothing_written(
     assert r.exists(f"b-{done.bid}-success")
     jobs = [(prepare.normalise({"class": "Echo", "args": [n], "bid": bid}, 0.0, "float")[0], None)
             for n, bid in ((1, live.bid), (2, done.bid))]
-    with pytest.raises(batch_step.BatchError, match="already succeeded"):
-        batch_step.write(prepare.as_push(jobs), (p for p, _ in jobs), client.pool)
+    with pytest.raises(batch_push.BatchError, match="already succeeded"):
+        batch_push.write(prepare.as_push(jobs), (p for p, _ in jobs), client.pool)
     assert r.llen("queue:default") == 0 and r.hget(f"b-{live.bid}", "total") == "0"
     # A count that is not a number would fail mid-write: refused before anything.
     r.hset(f"b-{live.bid}", "total", "garbage")
-    with pytest.raises(batch_step.BatchError, match="not a number"):
+    with pytest.raises(batch_push.BatchError, match="not a number"):
         live.push({"class": "Echo", "args": [3]})
     assert r.llen("queue:default") == 0 and r.scard(f"b-{live.bid}-jids") == 1  # the hold
     # A missing batch refuses a strict push (from wurk.Batch) the same way.
     r.delete(f"b-{live.bid}")
-    with pytest.raises(batch_step.BatchError, match="does not exist"):
+    with pytest.raises(batch_push.BatchError, match="does not exist"):
         live.push({"class": "Echo", "args": [3]})
     assert r.llen("queue:default") == 0
 
@@ -181,6 +263,22 @@ def test_the_async_client_writes_the_job_and_its_count_together(
     assert r.hget(f"b-{batch.bid}", "total") == "2"
 
 
+class AsyncWatched(Watched):
+    """:class:`Watched` for an asyncio connection."""
+
+    async def call(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        self.sent.append(args[:2])
+        return await self.conn.call(*args, **kwargs)
+
+    async def script(self, script: Any, keys: list[str], args: list[Any]) -> Any:  # type: ignore[override]
+        self.sent.append(("EVALSHA", script.sha))
+        return await self.conn.script(script, keys, args)
+
+    async def pipeline(self, commands: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        self.sent.extend(tuple(command[:2]) for command in commands)
+        return await self.conn.pipeline(commands, **kwargs)
+
+
 class AsyncLosesReply:
     """:class:`LosesReply` for the asyncio pool."""
 
@@ -193,11 +291,15 @@ class AsyncLosesReply:
 
     async def run(self, block: Callable[[Any], Any], *, idempotent: bool = False,
                   attempts: int | None = None) -> Any:
-        result = await self.real.run(block, idempotent=idempotent, attempts=attempts)
-        if self.armed and not idempotent:
-            self.armed = False
-            raise rx.ConnectionError("the reply was lost")
-        return result
+        async def watched(conn: Any) -> Any:
+            seen = AsyncWatched(conn)
+            result = await block(seen)
+            if self.armed and (seen.wrote_jobs or not idempotent):
+                self.armed = False
+                raise rx.ConnectionError("the reply was lost")
+            return result
+
+        return await self.real.run(watched, idempotent=idempotent, attempts=attempts)
 
     async def pipeline(self, commands: Any, *, idempotent: bool = False,
                        attempts: int | None = None) -> list[Any]:
@@ -216,7 +318,9 @@ def test_the_async_client_keeps_lock_and_count_when_the_outcome_is_unknown(
         async with wurk.AsyncClient(config, pool=pool, buffered=buffered,  # type: ignore[arg-type]
                                     drain_spool=False) as client:
             pool.armed = True
-            with pytest.raises(rx.ConnectionError):
+            # Buffered, the batch is counted first and the job written plainly.
+            lost = wurk.PushOutcomeUnknown if buffered else rx.ConnectionError
+            with pytest.raises(lost):
                 await client.push({"class": "Echo", "args": ["landed"], "bid": batch.bid,
                                    "unique_for": 60})
 

@@ -26,7 +26,7 @@ from waiting import wait_for
 import wurk
 from wurk.api import BatchStatus
 from wurk.push.client import Client
-from wurk.redis.pools import close_pool
+from wurk.redis.runtime import close_runtime
 from wurk.settings.config import Config
 
 launch = swarms.launch
@@ -89,7 +89,7 @@ def client(redis_server: RedisServer, tmp_path: Path,
     config = Config(redis_url=redis_server.url, redis_retry_base=0.05, redis_retry_cap=0.3,
                     reliable_push=False, log_level="warning")
     yield Client(config, drain_spool=False)
-    close_pool(config)
+    close_runtime(config)
 
 
 def test_a_large_batch_fires_each_callback_once_through_kills_and_a_redis_restart(

@@ -43,7 +43,7 @@ from redis.retry import Retry
 
 import wurk
 from wurk.redis.policy import ConnectError
-from wurk.redis.pools import close_pool
+from wurk.redis.runtime import close_runtime
 from wurk.runtime.reliable_fetch import ReliableFetch
 from wurk.settings.config import Config
 from wurk.settings.queues import parse_queues
@@ -222,7 +222,7 @@ def test_faults_between_worker_and_redis_lose_nothing(
         assert_none_lost_then_stop(r, tally, worker)
     finally:
         proxy.close()
-        close_pool(config)
+        close_runtime(config)
 
 
 # (b) ---------------------------------------------------------------------------
@@ -288,7 +288,7 @@ def test_redis_restart_on_its_aof_loses_nothing(
     finally:
         pusher.stop()
         r.close()
-        close_pool(config)
+        close_runtime(config)
 
 
 # (b') --------------------------------------------------------------------------
@@ -346,7 +346,7 @@ def test_pushes_refused_while_redis_loads_its_data_are_buffered_not_dropped(
         probe.close()
     finally:
         if config is not None:
-            close_pool(config)
+            close_runtime(config)
         if loading is not None:
             loading.kill()
             loading.wait(10)
@@ -431,7 +431,7 @@ def test_swarm_children_killed_again_and_again_lose_nothing(
         swarm.proc.send_signal(signal.SIGTERM)
         assert swarm.proc.wait(15) == 0, swarm.log()[-3000:]
     finally:
-        close_pool(config)
+        close_runtime(config)
 
 
 # (a') --------------------------------------------------------------------------
@@ -474,4 +474,4 @@ def test_a_lost_claim_is_given_back_even_when_the_first_resync_fails(
     finally:
         fetch.stop()
         proxy.close()
-        close_pool(config)
+        close_runtime(config)

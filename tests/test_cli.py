@@ -15,12 +15,12 @@ from typing import Any
 import cli_workers
 import pytest
 import redis
-from cli_workers import Worker, child_env, push, registered_identity
+from cli_workers import Worker, child_env, push, registered_identity, wait_quiet
 from conftest import RedisServer, fill_to_maxmemory, free_port
 from faultproxy import FaultProxy
-from waiting import wait_for
+from waiting import EVENTUALLY, wait_beats, wait_for
 
-from wurk.redis.pools import close_pool
+from wurk.redis.runtime import close_runtime, runtime_for
 from wurk.runtime.reaper import recover
 from wurk.settings.config import Config
 
@@ -51,7 +51,7 @@ def test_run_processes_jobs_and_logs_json(r: redis.Redis, spawn: Callable[..., W
 
     identity = registered_identity(r, worker)
     worker.send(signal.SIGTERM)
-    assert worker.wait(5) == 0
+    assert worker.wait(EVENTUALLY) == 0
     assert r.smembers("processes") == set()
     assert not r.exists(f"{identity}:work")
     assert int(r.get("stat:processed") or 0) == 3
@@ -59,18 +59,26 @@ def test_run_processes_jobs_and_logs_json(r: redis.Redis, spawn: Callable[..., W
 
 def test_sigterm_requeues_a_running_job(r: redis.Redis, spawn: Callable[..., Worker]) -> None:
     _, raw = push(r, "cli_slow", "long")
-    # Sidekiq's 2 s fetch, longer than the 1 s deadline: idle threads are
-    # still in BRPOP when the job is pushed back (they must not take it away).
-    worker = spawn("-r", "clijobs", "-t", "1", "--log-level", "info", WURK_FETCH_TIMEOUT="2")
+    # A 1.2 s fetch, longer than the 1 s deadline: idle threads are still in
+    # BRPOP when the job is pushed back (they must not take it away). It ends
+    # well before the deadline plus STOP_MARGIN: the stop waits for that fetch
+    # within STOP_MARGIN, and a fetch outlasting it (Sidekiq's 2 s, say) would
+    # leave the goodbye no time, so the identity would stay listed.
+    worker = spawn("-r", "clijobs", "-t", "1", "--log-level", "info", WURK_FETCH_TIMEOUT="1.2")
     wait_for(lambda: r.llen("cli:started") == 1 or worker.proc.poll() is not None)
     assert worker.proc.poll() is None, worker.stderr()
     assert r.llen("queue:default") == 0
     t0 = time.monotonic()
     worker.send(signal.SIGTERM)
-    assert worker.wait(5) == 0, worker.stderr()
-    assert time.monotonic() - t0 < 3.0
+    assert worker.wait(20) == 0, worker.stderr()
+    # The 1 s deadline plus STOP_MARGIN, five times over for a loaded machine;
+    # a shutdown that waited for the job would take its 30 s.
+    assert time.monotonic() - t0 < 10.0
     assert r.lrange("queue:default", 0, -1) == [raw], worker.stderr()
-    assert r.smembers("processes") == set()
+    # This worker took itself out (another test's process may beat into the flushed
+    # server meanwhile: only this one's identity is ours to check).
+    assert not [i for i in r.smembers("processes") if f":{worker.proc.pid}:" in i], \
+        worker.stderr()
     assert any(e.get("event") == "shutdown.requeued" for e in worker.events())
 
 
@@ -79,16 +87,15 @@ def test_sigtstp_quiets(r: redis.Redis, spawn: Callable[..., Worker]) -> None:
     identity = registered_identity(r, worker)
     assert r.hget(identity, "quiet") == "false"
     worker.send(signal.SIGTSTP)
-    wait_for(lambda: r.hget(identity, "quiet") == "true")
+    # Quiet, and no processor thread is left that could run a job.
+    wait_quiet(r, worker, identity)
     assert worker.proc.poll() is None
-    # A BRPOP already waiting may still return a job; give it one fetch timeout.
-    time.sleep(0.8)
     push(r, "cli_echo", "after-quiet")
-    time.sleep(0.8)
+    wait_beats(r, identity)  # still running, with time for a fetch it must not make
     assert r.llen("queue:default") == 1
     assert r.llen("cli:done") == 0
     worker.send(signal.SIGTERM)
-    assert worker.wait(5) == 0
+    assert worker.wait(EVENTUALLY) == 0
 
 
 def test_sigttin_dumps_threads(r: redis.Redis, spawn: Callable[..., Worker]) -> None:
@@ -104,7 +111,7 @@ def test_sigttin_dumps_threads(r: redis.Redis, spawn: Callable[..., Worker]) -> 
     assert "wurk-heartbeat" in names
     assert worker.proc.poll() is None
     worker.send(signal.SIGTERM)
-    assert worker.wait(5) == 0
+    assert worker.wait(EVENTUALLY) == 0
 
 
 def test_remote_tstp_through_redis(r: redis.Redis, spawn: Callable[..., Worker]) -> None:
@@ -113,7 +120,7 @@ def test_remote_tstp_through_redis(r: redis.Redis, spawn: Callable[..., Worker])
     r.lpush(f"{identity}-signals", "TSTP")
     wait_for(lambda: r.hget(identity, "quiet") == "true")
     r.lpush(f"{identity}-signals", "TERM")
-    assert worker.wait(5) == 0
+    assert worker.wait(EVENTUALLY) == 0
     assert r.smembers("processes") == set()
 
 
@@ -212,7 +219,7 @@ def test_job_module_by_path(r: redis.Redis, spawn: Callable[..., Worker],
              or worker.proc.poll() is not None)
     assert worker.proc.poll() is None, worker.stderr()
     worker.send(signal.SIGINT)
-    assert worker.wait(5) == 0
+    assert worker.wait(EVENTUALLY) == 0
 
 
 # -- Redis trouble at start and at stop -----------------------------------------------
@@ -259,19 +266,20 @@ def test_term_while_waiting_for_redis_exits_0_at_once(
     # Nothing listens on a fresh port; a plain redis-server never answers a
     # TLS ClientHello, so that handshake hangs until a timeout ends it.
     port = free_port() if scheme == "redis" else redis_server.port
-    worker = spawn(REDIS_URL=f"{scheme}://:hunter2@127.0.0.1:{port}/0",
-                   WURK_REDIS_CONNECT_TIMEOUT="0.5", WURK_REDIS_READ_TIMEOUT="6")
+    worker = spawn("-r", "clijobs", REDIS_URL=f"{scheme}://:hunter2@127.0.0.1:{port}/0",
+                   WURK_REDIS_CONNECT_TIMEOUT="0.5", WURK_REDIS_READ_TIMEOUT="30")
     first, second = wait_unreachable(worker, 2)[:2]
     # One attempt lasts at most the connect timeout (the handshake included),
-    # not the read timeout: 0.5 s pause + 0.5 s dial, with room for a slow host.
-    assert at(second) - at(first) < 2.5
+    # not the read timeout: 0.5 s pause + 0.5 s dial, five times over for a
+    # loaded machine, and still far from the 30 s read timeout.
+    assert at(second) - at(first) < 5.0
     assert first["url"] == f"{scheme}://:***@127.0.0.1:{port}/0"
     time.sleep(1.2)  # into the third attempt: a dial (TLS) or a pause (refused)
     started = time.monotonic()
     worker.send(signal.SIGTERM)
-    assert worker.wait(10) == 0
+    assert worker.wait(20) == 0
     # About 0.2 s on an idle host (interpreter exit); before: 14-44 s, TERM or not.
-    assert time.monotonic() - started < 3.0
+    assert time.monotonic() - started < 8.0
     assert "hunter2" not in worker.stderr()
 
 
@@ -310,7 +318,9 @@ def test_term_while_redis_hangs_drains_on_time_and_loses_nothing(
     client = server.client()
     try:
         raws = [push(client, "cli_slow", i)[1] for i in range(2)]
-        worker = spawn("-r", "clijobs", "-c", "2", "-t", "1", REDIS_URL=server.url)
+        # A 30 s read timeout: a drain that waited on a reply would show.
+        worker = spawn("-r", "clijobs", "-c", "2", "-t", "1", REDIS_URL=server.url,
+                       WURK_REDIS_READ_TIMEOUT="30")
         wait_for(lambda: client.llen("cli:started") == 2, 15)
         identity = registered_identity(client, worker)
         # A stopped server: dials still land in its backlog, replies never come.
@@ -323,15 +333,16 @@ def test_term_while_redis_hangs_drains_on_time_and_loses_nothing(
         finally:
             os.kill(server.proc.pid, signal.SIGCONT)
         assert code == 0, worker.stderr()
-        # shutdown_timeout 1 s, then at most STOP_MARGIN (1 s) for Redis, plus exit.
-        assert elapsed < 5.0, elapsed  # a loaded machine needs slack for the exit itself
+        # shutdown_timeout 1 s, then at most STOP_MARGIN (1 s) for Redis, plus
+        # exit: five times that for a loaded machine, and under one read timeout.
+        assert elapsed < 10.0, f"{elapsed:.1f} s; the worker said:\n{worker.stderr()}"
         # Both jobs are still in Redis: given back, or left in the private list
         # for the reaper; recovering that list puts them back.
         config = Config(redis_url=server.url)
         try:
-            recover(config, identity)
+            recover(runtime_for(config), identity)
         finally:
-            close_pool(config)
+            close_runtime(config)
         assert sorted(client.lrange("queue:default", 0, -1)) == sorted(raws)
     finally:
         client.close()
@@ -343,18 +354,53 @@ def test_term_in_an_outage_spools_buffered_pushes_within_the_drain(
     flag = tmp_path / "push-now"
     try:
         push(client, "cli_push_later", str(flag))
-        worker = spawn("-r", "clijobs", "-t", "1", REDIS_URL=own_redis.url)
+        # A 30 s flush timeout: an exit flush that waited it out would show.
+        worker = spawn("-r", "clijobs", "-t", "1", REDIS_URL=own_redis.url,
+                       WURK_PUSH_FLUSH_TIMEOUT="30")
         wait_for(lambda: client.llen("cli:started") == 1, 15)
         own_redis.stop()
         flag.touch()  # the job pushes now: Redis is down, so the push is buffered
-        time.sleep(0.5)
+        wait_for(lambda: any(e.get("event") == "push.buffered" for e in worker.events()), 15,
+                 what="the push buffered")
         started = time.monotonic()
         worker.send(signal.SIGTERM)
-        assert worker.wait(30) == 0, worker.stderr()
+        assert worker.wait(45) == 0, worker.stderr()
         elapsed = time.monotonic() - started
-        # Before: the exit flush waited push_flush_timeout (5 s) past the drain.
-        assert elapsed < 5.0, elapsed  # a loaded machine needs slack for the exit itself
+        # Before: the exit flush waited push_flush_timeout (here 30 s) past the
+        # 1 s drain; now the drain and exit, five times over for a loaded machine.
+        assert elapsed < 10.0, f"{elapsed:.1f} s; the worker said:\n{worker.stderr()}"
         spooled = [e for e in worker.events() if e.get("event") == "push.spooled"]
         assert spooled and spooled[0]["jobs"] == 1, worker.stderr()
     finally:
         client.close()
+
+
+HOOKED_MODULE = """
+import dataclasses
+
+import clijobs  # noqa: F401 - the jobs
+
+from wurk.settings.config import when_configured
+
+
+def _hook(config):
+    # A field an integration cannot extend in place comes back in a copy.
+    return dataclasses.replace(config, queues=["hooked"])
+
+
+when_configured(_hook)
+"""
+
+
+def test_run_works_with_the_copy_a_module_loaded_by_require_installed(
+        r: redis.Redis, spawn: Callable[..., Worker], jobs_dir: Path) -> None:
+    # wurk.contrib.django.boot loaded by -r does this: its when_configured
+    # callback returns a copy (settings.WURK's on_redis_error) that becomes the
+    # default after `wurk run` installed its own; the worker must run that copy.
+    (jobs_dir / "hooked.py").write_text(HOOKED_MODULE)
+    push(r, "cli_echo", "from the hooked queue", queue="hooked")
+    worker = spawn("-r", "hooked")
+    wait_for(lambda: r.llen("cli:done") == 1 or worker.proc.poll() is not None,
+             timeout=EVENTUALLY)
+    assert worker.proc.poll() is None, worker.stderr()
+    assert r.lrange("cli:done", 0, -1) == ["from the hooked queue"]

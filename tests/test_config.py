@@ -3,13 +3,15 @@ that name the source, the key and the value."""
 
 from __future__ import annotations
 
+import dataclasses
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import wurk
-from wurk.redis.pools import close_pool
+from wurk.redis.runtime import close_runtime
 from wurk.settings.config import DEFAULT_REDIS_URL, Config, ConfigError
 from wurk.settings.declared import BY_NAME, RANGES
 
@@ -49,9 +51,19 @@ def test_defaults() -> None:
         assert config.poll_interval_average is None
         assert config.fetch_timeout == 2.0
         assert config.redis_pool_size is None
-        assert config.pool_size == 15
+        assert config.pool_size == 16
         assert config.log_level == "info"
         assert config.error_handlers == []
+
+
+def test_a_config_is_frozen_and_a_change_is_a_checked_copy() -> None:
+    config = Config.load(env={})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.concurrency = 3  # type: ignore[misc]
+    changed = dataclasses.replace(config, concurrency=3)
+    assert (changed.concurrency, config.concurrency) == (3, 10)
+    with pytest.raises(ConfigError, match="concurrency"):
+        dataclasses.replace(config, concurrency=0)
 
 
 def test_default_lists_are_not_shared() -> None:
@@ -200,7 +212,7 @@ def test_configure_installs_default(redis_server: Any) -> None:
         assert wurk.default_config() is config
     finally:
         wurk.configure(previous)
-        close_pool(config)
+        close_runtime(config)
 
 
 # -- errors: source + key + value ------------------------------------------------
@@ -275,6 +287,13 @@ def test_missing_file_is_reported(tmp_path: Path) -> None:
 
 def test_directory_is_unreadable(tmp_path: Path) -> None:
     assert_names(error_of(tmp_path, env={}), str(tmp_path), "cannot read")
+
+
+def test_a_fifo_or_a_device_is_refused_not_read(tmp_path: Path) -> None:
+    fifo = tmp_path / "wurk.toml"
+    os.mkfifo(fifo)
+    assert_names(error_of(fifo, env={}), str(fifo), "cannot read", "not a regular file (a FIFO)")
+    assert_names(error_of(Path("/dev/zero"), env={}), "/dev/zero", "a character device")
 
 
 def test_invalid_toml_is_reported(tmp_path: Path) -> None:

@@ -27,9 +27,13 @@ from wurk.push.buffered import PendingPush
 from wurk.push.client import Client
 from wurk.push.confirmed import ConfirmedPush, PushNotConfirmedError
 from wurk.redis.policy import ConnectError
-from wurk.redis.pools import close_pool
+from wurk.redis.runtime import close_runtime
 from wurk.settings.config import Config, ConfigError
 from wurk.wire import keys
+
+# These tests push to a Redis that never answered on purpose (its buffering is
+# what they test); tests/test_push_nowhere.py covers the warning that says so.
+pytestmark = pytest.mark.filterwarnings("ignore::wurk.PushSpooledWarning")
 
 # Without this a fresh replica waits five seconds before its first sync.
 FAST_SYNC = ("--repl-diskless-sync-delay", "0")
@@ -83,7 +87,7 @@ def close_pools() -> Iterator[None]:
     """Close every test client's connections, so none is left to the collector."""
     yield
     while _configs:
-        close_pool(_configs.pop())
+        close_runtime(_configs.pop())
 
 
 def make_client(url: str, **settings: Any) -> Client:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import textwrap
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -355,14 +354,14 @@ def test_the_shutdown_hook_exports_what_a_batch_processor_still_holds(config: Co
 @pytest.fixture
 def default_restored(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """An example installs its own default Config: give the next tests theirs back."""
-    from wurk.redis.pools import close_pool
+    from wurk.redis.runtime import close_runtime
     from wurk.settings import config as settings
 
     monkeypatch.setattr(settings, "_default", settings._default)
     monkeypatch.setattr(wurk.Client, "_default", None)
     yield
     if settings._default is not None:
-        close_pool(settings._default)
+        close_runtime(settings._default)
 
 
 def test_the_how_to_example_runs(redis_server: Any, r: redis.Redis,
@@ -371,9 +370,8 @@ def test_the_how_to_example_runs(redis_server: Any, r: redis.Redis,
 
     example = Path(__file__).resolve().parent.parent / "examples" / "otel_tracing.py"
     [module] = load_modules([str(example)])
-    started = time.monotonic()
+    # The example waits (up to 20 s) for its job: both spans say it ran.
     spans = module.main(redis_server.url)
-    assert time.monotonic() - started < 30
     assert {s.name for s in spans} == {"publish default", "process default"}
     assert len({s.context.trace_id for s in spans}) == 1
     wurk.registry.discard("send_welcome")

@@ -20,6 +20,7 @@ import redis
 import sentry_sdk
 from sentry_sdk.envelope import Envelope
 from sentry_sdk.transport import Transport
+from tuning import tuned
 from waiting import wait_for
 
 import wurk
@@ -82,7 +83,7 @@ def test_every_failure_is_an_event_with_the_job_on_it(
     first = client.push({"class": job.name, "args": ["first"], "queue": "mail"})
     again = client.push({"class": job.name, "args": ["again"], "retry_count": 2,
                          "queue": "mail"})
-    config.queues = ["mail"]
+    config = tuned(config, queues=["mail"])
     launch()
     wait_for(lambda: len(events) == 2, timeout=10)
     event = one_for(events, str(first))
@@ -269,7 +270,7 @@ def test_a_wurk_run_process_reports_a_dead_job(
 
 def test_the_how_to_example_runs(redis_server: Any, r: redis.Redis, events: Events,
                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    from wurk.redis.pools import close_pool
+    from wurk.redis.runtime import close_runtime
     from wurk.settings import config as settings
 
     # The example installs its own default Config: the next tests get theirs back.
@@ -285,7 +286,7 @@ def test_the_how_to_example_runs(redis_server: Any, r: redis.Redis, events: Even
     assert event["extra"]["wurk-job"]["args"] == [1234, "[Filtered]"]
     assert [b["message"] for b in event["breadcrumbs"]["values"]] == ["charging order 1234"]
     wurk.registry.discard("charge_card")
-    close_pool(settings._default)
+    close_runtime(settings._default)
 
 
 def test_the_how_to_page_shows_the_example_file_whole() -> None:

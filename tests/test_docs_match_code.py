@@ -251,3 +251,26 @@ def test_the_link_checker_catches_a_missing_file_and_a_missing_anchor(tmp_path: 
     page.write_text("[ok](a.md#the-wurk-table) [ok](#local) [gone](c.md) [bad](a.md#nope)\n"
                     "## Local\n```\n[in code](nowhere.md)\n```\n")
     assert broken_links(page) == ["c.md", "a.md#nope"]
+
+
+# Paths the docs name in code spans (`wurk/runtime/fetch.py`): a rename that
+# leaves a page pointing at a file that is gone is caught here.
+_PATH_SPAN = re.compile(r"`((?:wurk|supervisor|tests|bench|deploy|docs|examples|scripts)"
+                        r"/[A-Za-z0-9_./-]*[A-Za-z0-9_/])`")
+
+
+def test_every_path_the_docs_name_exists() -> None:
+    missing = []
+    for doc in [*DOCS, ROOT / "bench" / "README.md", ROOT / "CHANGELOG.md"]:
+        if doc.name == "CHANGELOG.md":
+            continue  # history: it may name what was since renamed
+        for number, line in enumerate(doc.read_text(encoding="utf-8").splitlines(), 1):
+            for named in _PATH_SPAN.findall(line):
+                # `wurk/redis/` names a folder; `tests/test_x.py::name` a test in a file.
+                if not (ROOT / named.split("::")[0]).exists():
+                    missing.append((f"{doc.relative_to(ROOT)}:{number}", named))
+    # Folders a run makes and git ignores (bench/results/) are not renames.
+    ignored = subprocess.run(["git", "check-ignore", "--no-index", "--stdin"], cwd=ROOT,
+                             input="\n".join(named for _, named in missing), text=True,
+                             capture_output=True, check=False).stdout.split()
+    assert [f"{where}: {named}" for where, named in missing if named not in ignored] == []

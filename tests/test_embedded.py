@@ -5,12 +5,16 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
+from typing import Any
 
 import redis
 
 import wurk
 from wurk.runtime.embedded import Embedded
 from wurk.settings.config import Config
+
+Define = Callable[..., Any]
 
 
 def test_embedded_runs_jobs_in_this_process_and_drains_on_stop(
@@ -39,7 +43,9 @@ def test_embedded_runs_jobs_in_this_process_and_drains_on_stop(
         wurk.registry.discard("EmbeddedEcho")
 
 
-def test_embedded_stop_does_nothing_in_a_forked_child(r: redis.Redis, config: Config) -> None:
+def test_embedded_stop_does_nothing_in_a_forked_child(r: redis.Redis, config: Config,
+                                                     define: Define) -> None:
+    define(lambda: None)  # a worker with no job would refuse to start
     embedded = Embedded(config).start()
     assert embedded.launcher is not None
     identity = embedded.launcher.identity

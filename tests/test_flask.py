@@ -17,7 +17,7 @@ import wurk
 from examples import flask_app
 from examples.jobs import WELCOMED
 from wurk.contrib.flask import Wurk
-from wurk.redis.pools import close_pool
+from wurk.redis.runtime import close_runtime
 from wurk.settings import config as settings_config
 from wurk.settings.config import ConfigError
 
@@ -30,7 +30,7 @@ def apps(redis_server: RedisServer, r: redis.Redis,
     made: list[Any] = []
     yield made
     for app in made:
-        close_pool(app.extensions["wurk"].config)
+        close_runtime(app.extensions["wurk"].config)
     wurk.Client._default = None
 
 
@@ -105,8 +105,9 @@ def test_an_embedded_worker_runs_what_a_view_pushed(apps: list[Any], redis_serve
                                                    r: redis.Redis) -> None:
     app = make(apps, redis_server, WURK={"heartbeat_interval": 0.2, "fetch_timeout": 0.2,
                                          "shutdown_timeout": 2.0, "log_level": "warning"})
-    with app.app_context():
-        embedded = flask_app.wurk_ext.start_embedded()
+    # As docs/how-to/flask.md calls it: in the factory, outside any app context.
+    embedded = flask_app.wurk_ext.start_embedded()
+    assert embedded.config is app.extensions["wurk"].config
     try:
         app.test_client().post("/signup/11")
         wait_for(lambda: r.sismember(WELCOMED, "11"), what="the welcome job ran")

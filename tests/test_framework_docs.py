@@ -1,6 +1,6 @@
 """The framework how-to pages show the example code the tests run, word for word.
 
-Every code block of docs/how-to/{django,flask,fastapi}.md whose first line
+Every code block of docs/how-to/{django,flask,fastapi,testing}.md whose first line
 names a file (``# examples/...``) must appear, as written, in that file.
 """
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = ["django.md", "flask.md", "fastapi.md"]
+PAGES = ["django.md", "flask.md", "fastapi.md", "testing.md"]
 BLOCK = re.compile(r"```(?:python|toml)\n# (examples/\S+)\n(.*?)```", re.DOTALL)
 
 

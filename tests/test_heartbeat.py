@@ -17,11 +17,12 @@ import pytest
 import redis
 from conftest import RedisServer, fill_to_maxmemory
 from structlog.testing import capture_logs
-from waiting import wait_for
+from tuning import tuned
+from waiting import EVENTUALLY, wait_for
 
 import wurk
 from wurk.push.job import JobFunction, registry
-from wurk.redis.pools import close_pool
+from wurk.redis.runtime import close_runtime
 from wurk.runtime.heartbeat import Heartbeat, make_identity
 from wurk.runtime.inflight import Counters, InFlightTable
 from wurk.runtime.launcher import Launcher
@@ -69,10 +70,8 @@ def test_make_identity_shape() -> None:
 
 def test_identity_registered_with_a_full_hash(r: redis.Redis, config: Config,
                                               launch: Launch) -> None:
-    config.tag = "mytag"
-    config.labels = ["blue"]
-    config.queues = ["critical:3", "default"]
-    config.concurrency = 4
+    config = tuned(config, tag="mytag", labels=["blue"], queues=["critical:3", "default"],
+                   concurrency=4)
     before = time.time()
     launcher = launch()
     identity = launcher.identity
@@ -112,11 +111,11 @@ def test_identity_registered_with_a_full_hash(r: redis.Redis, config: Config,
 
     # It keeps beating.
     first_beat = float(fields["beat"])
-    wait_for(lambda: float(r.hget(identity, "beat") or 0) > first_beat, timeout=2)
+    wait_for(lambda: float(r.hget(identity, "beat") or 0) > first_beat)
 
 
 def test_strict_queues_in_info(r: redis.Redis, config: Config, launch: Launch) -> None:
-    config.queues = ["a", "b", "a"]
+    config = tuned(config, queues=["a", "b", "a"])
     launcher = launch()
     info = json.loads(r.hget(launcher.identity, "info") or "{}")
     assert info["queues"] == ["a", "b"]
@@ -126,14 +125,14 @@ def test_strict_queues_in_info(r: redis.Redis, config: Config, launch: Launch) -
 def test_in_flight_job_in_both_work_hashes(r: redis.Redis, config: Config, launch: Launch,
                                            blocking_job: Any) -> None:
     job, started, release = blocking_job
-    config.shutdown_timeout = 0.3
+    config = tuned(config, shutdown_timeout=0.3)
     jid = job.perform_async("x")
     raw = r.lindex("queue:default", -1)
     launcher = launch()
     identity = launcher.identity
-    assert started.wait(3)
+    assert started.wait(EVENTUALLY)
     for key in (f"{identity}:workers", f"{identity}:work"):
-        entries = wait_for(lambda key=key: r.hgetall(key), timeout=2)
+        entries = wait_for(lambda key=key: r.hgetall(key))
         assert len(entries) == 1
         value = json.loads(next(iter(entries.values())))
         assert value["queue"] == "default"
@@ -143,7 +142,7 @@ def test_in_flight_job_in_both_work_hashes(r: redis.Redis, config: Config, launc
         assert isinstance(value["run_at"], int)
         assert abs(value["run_at"] - time.time()) < 5
         assert 0 < r.ttl(key) <= 60
-    wait_for(lambda: r.hget(identity, "busy") == "1", timeout=2)
+    wait_for(lambda: r.hget(identity, "busy") == "1")
 
     # Stop while it still runs: the job goes back, the process says goodbye.
     assert launcher.stop() == 1
@@ -163,16 +162,17 @@ def test_work_hashes_cleared_when_idle(r: redis.Redis, launch: Launch,
     job.perform_async()
     launcher = launch()
     identity = launcher.identity
-    assert started.wait(3)
-    wait_for(lambda: r.exists(f"{identity}:work"), timeout=2)
+    assert started.wait(EVENTUALLY)
+    wait_for(lambda: r.exists(f"{identity}:work"))
     release.set()
-    wait_for(lambda: not r.exists(f"{identity}:work", f"{identity}:workers"), timeout=2)
-    wait_for(lambda: r.hget(identity, "busy") == "0", timeout=2)
+    wait_for(lambda: not r.exists(f"{identity}:work", f"{identity}:workers"))
+    wait_for(lambda: r.hget(identity, "busy") == "0")
 
 
 def test_stop_flushes_stats_and_leaves(r: redis.Redis, config: Config,
                                        launch: Launch) -> None:
-    config.heartbeat_interval = 30  # only the first beat and the goodbye
+    # only the first beat and the goodbye
+    config = tuned(config, heartbeat_interval=30)
     lock = threading.Lock()
     ran: list[int] = []
     name = f"hb_count_{uuid.uuid4().hex}"
@@ -185,11 +185,13 @@ def test_stop_flushes_stats_and_leaves(r: redis.Redis, config: Config,
             raise ValueError("zero")
 
     try:
+        launcher = launch()
+        # The first beat is over (it flushes what has been counted so far) before
+        # any job runs; the next one is 30 s away.
+        wait_for(lambda: r.exists(launcher.identity), what="the first beat")
         for value in (0, 1, 2):
             count.perform_async(value)
-        launcher = launch()
         wait_for(lambda: len(ran) == 3)
-        time.sleep(0.1)
         assert int(r.get("stat:processed") or 0) == 0
         launcher.stop()
     finally:
@@ -205,10 +207,10 @@ def test_remote_tstp_quiets_the_process(r: redis.Redis, launch: Launch) -> None:
     launcher = launch()
     identity = launcher.identity
     signal_process(r, identity, "TSTP")
-    wait_for(lambda: r.hget(identity, "quiet") == "true", timeout=2)
+    wait_for(lambda: r.hget(identity, "quiet") == "true")
     assert r.llen(f"{identity}-signals") == 0
     assert launcher.manager.quieting
-    wait_for(lambda: all(not t.is_alive() for t in launcher.manager._threads), timeout=2)
+    wait_for(lambda: all(not t.is_alive() for t in launcher.manager._threads))
     # Still registered and beating, but no longer fetching.
     assert identity in r.smembers("processes")
     r.lpush("queue:default", json.dumps({"class": "Whatever", "args": [], "jid": "0" * 24,
@@ -222,7 +224,7 @@ def test_remote_term_asks_the_owner_to_stop(r: redis.Redis, launch: Launch) -> N
     asked = threading.Event()
     launcher = launch(on_stop_request=asked.set)
     signal_process(r, launcher.identity, "TERM")
-    assert asked.wait(2), "on_stop_request was not called"
+    assert asked.wait(EVENTUALLY), "on_stop_request was not called"
     # Stopping is the owner's call: the launcher is still up.
     assert not launcher.stopped.is_set()
     assert launcher.identity in r.smembers("processes")
@@ -232,8 +234,8 @@ def test_remote_term_without_an_owner_stops_the_launcher(r: redis.Redis,
                                                          launch: Launch) -> None:
     launcher = launch()
     signal_process(r, launcher.identity, "TERM")
-    assert launcher.stopped.wait(3)
-    wait_for(lambda: launcher.identity not in r.smembers("processes"), timeout=2)
+    assert launcher.stopped.wait(EVENTUALLY)
+    wait_for(lambda: launcher.identity not in r.smembers("processes"))
 
 
 def test_remote_ttin_dumps_threads_and_unknown_signals_are_ignored(
@@ -279,7 +281,7 @@ def test_at_maxmemory_the_beat_lands_and_refused_counts_wait_for_the_next(
         heartbeat.beat()
         assert client.get("stat:processed") == client.get("stat:failed") == "1"
     finally:
-        close_pool(config)
+        close_runtime(config)
         client.close()
 
 
@@ -293,3 +295,26 @@ def test_quiet_shows_in_the_process_hash_at_once(config: Config, r: redis.Redis,
     launcher.quiet()
     wait_for(lambda: r.hget(launcher.identity, "quiet") == "true", timeout=5,
              what="quiet written")
+
+
+def test_a_pulse_hook_passed_to_the_launcher_runs_after_beats_taken_or_failed(
+        r: redis.Redis, config: Config, launch_with: Callable[..., Launcher]) -> None:
+    """A swarm child's liveness pulse: given at construction, called after every
+    beat attempt on the thread, whether Redis took the beat or not."""
+    pulses: list[float] = []
+    launcher = launch_with(config, on_pulse=lambda: pulses.append(time.monotonic()))
+    wait_for(lambda: len(pulses) >= 2, timeout=10, what="pulses after beats")
+    assert r.hget(launcher.identity, "beat") is not None
+    gone = dataclasses.replace(config, redis_url="redis://127.0.0.1:9/0",
+                               redis_retry_attempts=1, redis_connect_timeout=0.2)
+    refused: list[float] = []
+    plan = parse_queues(["default"])
+    beat = Heartbeat(gone, plan, counters=Counters(), in_flight=InFlightTable(),
+                     on_signal=lambda _: None, on_pulse=lambda: refused.append(1.0))
+    with capture_logs() as logs:
+        beat.start()
+        try:
+            wait_for(lambda: refused, timeout=10, what="a pulse after a failed beat")
+        finally:
+            beat.stop()
+    assert any(e["event"] == "heartbeat.error" for e in logs)

@@ -36,7 +36,7 @@ from waiting import wait_for
 
 import wurk
 from wurk.push.job import registry
-from wurk.redis.pools import close_pool, pool_for
+from wurk.redis.runtime import close_runtime, runtime_for
 from wurk.runtime.launcher import Launcher
 from wurk.settings.config import Config
 from wurk.wire.payload import dumps
@@ -288,7 +288,7 @@ def closing_pool(config: Config) -> Iterator[Config]:
     try:
         yield config
     finally:
-        close_pool(config)
+        close_runtime(config)
 
 
 @contextmanager
@@ -313,7 +313,7 @@ def python_jobs(config: Config) -> Iterator[threading.Event]:
     PySlow blocks until the yielded event is set (at most 20 s). Every run is
     recorded in ``interop:py-runs``.
     """
-    pool = pool_for(config)
+    pool = runtime_for(config).pool
     release = threading.Event()
 
     def record(job: wurk.Job, args: tuple[Any, ...], **extra: Any) -> None:

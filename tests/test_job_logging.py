@@ -77,13 +77,3 @@ def test_launcher_started_comes_before_the_first_job_line(
     worker.send(signal.SIGTERM)
     assert worker.wait(10) == 0, worker.stderr()
 
-
-def test_a_worker_with_no_job_registered_says_so_at_start(
-        spawn: Callable[..., Worker]) -> None:  # noqa: F811
-    worker = spawn("--log-level", "info")
-    wait_for(lambda: events_named(worker, "launcher.no_jobs") or worker.proc.poll() is not None,
-             timeout=30, what="the warning")
-    [warned] = events_named(worker, "launcher.no_jobs")
-    assert warned["level"] == "warning" and "-r/--require" in warned["hint"]
-    worker.send(signal.SIGTERM)
-    assert worker.wait(10) == 0, worker.stderr()

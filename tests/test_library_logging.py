@@ -36,10 +36,24 @@ def test_a_push_prints_nothing(redis_server: RedisServer, r: redis.Redis) -> Non
     assert r.llen("queue:default") == 1
 
 
-def test_a_warning_is_silent_without_a_logging_configuration() -> None:
+def test_a_redis_that_never_answered_is_said_once_as_a_python_warning_not_a_log() -> None:
     # Redis is down: the push is buffered with a push.buffered warning, and
-    # the exit flush spools it with a push.spooled error; none of it is printed.
+    # the exit flush spools it with a push.spooled error; no log line is
+    # printed, but the push that went nowhere is said once through warnings
+    # (wurk.PushSpooledWarning, which Python shows by default).
     code = PUSH.replace("wurk.Client()", "wurk.Client(wurk.Config(push_flush_timeout=0.2))")
+    done = run_python(code + "wurk.Client().push({'class': 'Mailer', 'args': [2]})\n",
+                      f"redis://:pw@127.0.0.1:{free_port()}/0")
+    assert (done.returncode, done.stdout) == (0, "")
+    assert done.stderr.count("PushSpooledWarning: wurk: Redis at redis://:***@127.0.0.1:") == 1
+    assert "push.buffered" not in done.stderr and "push.spooled" not in done.stderr
+    assert ":pw@" not in done.stderr
+
+
+def test_the_warning_filtered_out_leaves_nothing_printed() -> None:
+    code = "import warnings, wurk\n" \
+           "warnings.simplefilter('ignore', wurk.PushSpooledWarning)\n" + \
+           PUSH.replace("wurk.Client()", "wurk.Client(wurk.Config(push_flush_timeout=0.2))")
     done = run_python(code, f"redis://127.0.0.1:{free_port()}/0")
     assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
 
@@ -57,9 +71,14 @@ def test_the_applications_logging_configuration_decides() -> None:
     assert any(line.startswith("wurk.push|ERROR|push.spooled ") for line in lines)
 
 
-def test_an_application_that_silences_wurk_hears_nothing() -> None:
+def test_an_application_that_silences_wurk_hears_only_the_python_warning() -> None:
     code = "import logging\nlogging.basicConfig(level=logging.INFO)\n" \
            "logging.getLogger('wurk').setLevel(logging.CRITICAL)\n" + \
            PUSH.replace("wurk.Client()", "wurk.Client(wurk.Config(push_flush_timeout=0.2))")
     done = run_python(code, f"redis://127.0.0.1:{free_port()}/0")
-    assert (done.stdout, done.stderr) == ("", "")
+    # Only the Python warning, which logging levels do not govern.
+    assert done.stdout == ""
+    lines = done.stderr.splitlines()
+    assert len([line for line in lines if "PushSpooledWarning" in line]) == 1, lines
+    # Past the warning (and the source line Python may echo under it), nothing.
+    assert all("PushSpooledWarning" in line or line.startswith("  ") for line in lines), lines

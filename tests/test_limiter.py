@@ -25,7 +25,7 @@ from wurk.limiter.policy import (
     poll_pause,
     reschedule_delay,
 )
-from wurk.redis.pools import close_pool, pool_for
+from wurk.redis.runtime import close_runtime, runtime_for
 from wurk.settings.config import Config
 from wurk.wire.limiter_lua import CONCURRENT_ACQUIRE, WINDOW_ACQUIRE
 
@@ -160,7 +160,7 @@ def test_a_replayed_check_takes_no_second_slot(config: Config, script: Any, key:
                                                args: list[Any]) -> None:
     all_keys = [*key, "lmtr:rp", "lmtr-list"]
     head = ["0", "rp", "x", "{}", 60]
-    run = pool_for(config).run
+    run = runtime_for(config).pool.run
     first = run(lambda c: script.run(c, all_keys, [*head, *args, "m1"]))
     again = run(lambda c: script.run(c, all_keys, [*head, *args, "m1"]))
     other = run(lambda c: script.run(c, all_keys, [*head, *args, "m2"]))
@@ -323,7 +323,7 @@ def test_redis_away_is_an_error_and_a_restarted_redis_works_again(
     finally:
         restarted.stop()
         shutil.rmtree(restarted.workdir, ignore_errors=True)
-        close_pool(cfg)
+        close_runtime(cfg)
 
 
 def test_the_public_names() -> None:

@@ -106,7 +106,7 @@ def test_job_metrics_fold_tags_into_names(config: Config, r: redis.Redis, receiv
                                           launch_with: Callable[..., Launcher]) -> None:
     on = dataclasses.replace(config, metrics_url=receiver.url, heartbeat_interval=60)
     launcher = launch_with(on)
-    assert launcher.manager.processor._run_job != launcher.manager.processor._run
+    assert "metrics" in [step.name for step in launcher.manager.lifecycle.steps]
     run_jobs(on, r, jobs)
     ok, bad = (f"class.{name}.queue.default" for name in jobs)
     lines = receiver.lines_until(
@@ -170,8 +170,8 @@ def test_metrics_off_sends_nothing_and_adds_nothing(
     assert config.metrics_url is None and metrics.for_config(config) is None
     # Per-class metrics (class_metrics, on by default) wrap the run too: off here.
     launcher = launch_with(dataclasses.replace(config, class_metrics=False))
-    processor = launcher.manager.processor
-    assert processor._run_job == processor._run  # the plain method: no timing wrapper
+    names = [step.name for step in launcher.manager.lifecycle.steps]
+    assert "metrics" not in names and "class_metrics" not in names  # no figures taken at all
     assert launcher.heartbeat.on_beat is None
     run_jobs(config, r, jobs)
     launcher.heartbeat.beat()

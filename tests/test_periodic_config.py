@@ -18,7 +18,7 @@ from supervisor.topology import TopologyError, parse
 from wurk.api.periodic import PeriodicSet, UnknownPeriodicError
 from wurk.push.cron import Schedule
 from wurk.push.periodic import PeriodicError, PeriodicTable, make_entry, periodic, table
-from wurk.redis.pools import pool_for
+from wurk.redis.runtime import runtime_for
 from wurk.runtime.periodic_guard import register
 from wurk.settings.config import Config
 
@@ -155,7 +155,7 @@ def test_two_periodic_tables_with_one_name() -> None:
 # -- wurk.api and the admin CLI ------------------------------------------------
 
 def registered(config: Config, *entries: Any, now: float = 1_800_000_000) -> None:
-    register(pool_for(config), list(entries), now)
+    register(runtime_for(config).pool, list(entries), now)
 
 
 def test_the_api_reads_garbage_without_failing(config: Config, r: redis.Redis) -> None:

@@ -17,7 +17,7 @@ from waiting import wait_for
 from wurk.api.periodic import PeriodicSet
 from wurk.core import threads
 from wurk.push.periodic import PeriodicEntry, make_entry
-from wurk.redis.pools import close_pool
+from wurk.redis.runtime import close_runtime
 from wurk.runtime.periodic import PeriodicLoop
 from wurk.runtime.periodic_guard import DONE, FIRED, NOT_LEADER
 from wurk.settings.config import Config
@@ -205,11 +205,14 @@ def test_the_loop_rides_out_a_redis_restart(make_loop: MakeLoop) -> None:
     try:
         clock = FakeClock(epoch("2026-06-01T10:00:30+00:00"))
         loop = make_loop([make_entry("* * * * *", "Minutely")], clock, cfg=cfg, start=True)
+        # Its first pass registers the entry and reads the clock: only then is
+        # the next minute's tick the one it waits for.
+        wait_for(lambda: client.exists("loops:Minutely"), timeout=10, what="registered")
         clock.advance(60)
         wait_for(lambda: client.llen("queue:default") == 1, timeout=10, what="first tick")
         server.stop()
         clock.advance(60)  # a tick that falls during the outage
-        wait_for(lambda: loop._failures >= 2, timeout=10, what="failed passes")
+        wait_for(lambda: loop.service.failures >= 2, timeout=10, what="failed passes")
         server = start_redis(port=server.port)  # back, and empty
         client.close()
         client = server.client()
@@ -222,7 +225,7 @@ def test_the_loop_rides_out_a_redis_restart(make_loop: MakeLoop) -> None:
     finally:
         client.close()
         server.stop()
-        close_pool(cfg)
+        close_runtime(cfg)
 
 
 def test_client_middleware_runs_before_the_guard(make_loop: MakeLoop, r: redis.Redis,

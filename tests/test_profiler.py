@@ -23,7 +23,7 @@ from wurk.api.profiles import ProfileNotFoundError, ProfileSet
 from wurk.cli import main
 from wurk.observe import profiler
 from wurk.push.job import make_options, registry
-from wurk.redis.pools import close_pool
+from wurk.redis.runtime import close_runtime, runtime_for
 from wurk.runtime.launcher import Launcher
 from wurk.settings.config import Config
 
@@ -103,7 +103,9 @@ def test_unprofiled_job_writes_no_profile(
     jids = [wurk.Client(config).push({"class": job_name, "args": [10]}),
             wurk.Client(config).push({"class": job_name, "args": [10], "profile": ""})]
     wait_for(lambda: r.llen("prof:done") == 2)
-    time.sleep(0.1)
+    # Both acknowledged, so past the point where a profile would be saved.
+    wait_for(lambda: not [k for k in r.keys("wurk:wip:*") if r.type(k) == "list" and r.llen(k)],
+             what="both jobs acknowledged")
     assert r.exists("profiles") == 0
     assert [k for k in r.keys("*") if any(k.endswith(f"-{jid}") for jid in jids)] == []
 
@@ -111,7 +113,7 @@ def test_unprofiled_job_writes_no_profile(
 def test_profile_expires_from_the_list_after_its_ttl(config: Config, r: redis.Redis) -> None:
     short = dataclasses.replace(config, profile_ttl=1)
     job = {"class": "Short", "jid": "j1", "profile": "tok"}
-    assert profiler.profiled(short, job, lambda: profiled_work_marker(100)) == 328_350
+    assert profiler.profiled(runtime_for(short), job, lambda: profiled_work_marker(100)) == 328_350
     profiles = ProfileSet(config=short)
     assert [rec.key for rec in profiles.entries()] == ["tok-j1"]
     assert len(profiles) == 1
@@ -132,16 +134,24 @@ def test_prune_removes_only_expired_keys(config: Config, r: redis.Redis) -> None
     assert [rec.token for rec in ProfileSet(config=config).entries()] == ["new"]
 
 
+def test_each_profile_written_prunes_the_expired_entries_with_no_reader(
+        config: Config, r: redis.Redis) -> None:
+    r.zadd("profiles", {f"old-{i}": time.time() - 5 for i in range(50)})
+    job = {"class": "Pruner", "jid": "j2", "profile": "tok"}
+    profiler.profiled(runtime_for(config), job, lambda: profiled_work_marker(10))
+    assert r.zrange("profiles", 0, -1) == ["tok-j2"]
+
+
 def test_profile_write_failure_leaves_the_job_result_alone(config: Config) -> None:
     dead = dataclasses.replace(config, redis_url=f"redis://127.0.0.1:{free_port()}/0",
                                redis_retry_attempts=1, redis_connect_timeout=0.2)
     try:
         calls: list[int] = []
-        result = profiler.profiled(dead, {"class": "X", "jid": "j", "profile": "t"},
+        result = profiler.profiled(runtime_for(dead), {"class": "X", "jid": "j", "profile": "t"},
                                    lambda: calls.append(1) or "done")
         assert result == "done" and calls == [1]
     finally:
-        close_pool(dead)
+        close_runtime(dead)
 
 
 def test_job_option_profile_puts_a_token_in_the_payload(config: Config, r: redis.Redis) -> None:
@@ -196,7 +206,7 @@ def test_profile_command_lists_shows_and_saves(config: Config, r: redis.Redis, c
                                                tmp_path: Path) -> None:
     code, out, _ = cli("list")
     assert (code, out) == (0, 'no profiles (push a job with a "profile" token to record one)\n')
-    profiler.profiled(config, {"class": "Cli", "jid": "j9", "profile": "dan"},
+    profiler.profiled(runtime_for(config), {"class": "Cli", "jid": "j9", "profile": "dan"},
                       lambda: profiled_work_marker(1000))
 
     code, out, _ = cli("list")
@@ -235,7 +245,7 @@ def test_profile_command_failures(r: redis.Redis, cli: Cli) -> None:
 
 def recorded(config: Config, r: redis.Redis, **fields: bytes | str) -> str:
     """A real profile's key, with ``fields`` then overwritten in Redis directly."""
-    profiler.profiled(config, {"class": "Evil", "jid": "e1", "profile": "ev"},
+    profiler.profiled(runtime_for(config), {"class": "Evil", "jid": "e1", "profile": "ev"},
                       lambda: profiled_work_marker(100))
     if fields:
         r.hset("ev-e1", mapping=fields)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from typing import Any
@@ -94,3 +95,26 @@ def test_when_configured_reaches_the_current_default_and_every_later_one(
     later = Config(redis_url=redis_server.url)
     wurk.configure(later)
     assert seen == [config, later]
+
+
+def test_a_when_configured_callback_may_install_a_changed_copy(
+        monkeypatch: pytest.MonkeyPatch, config: Config, redis_server: Any) -> None:
+    """Config is frozen: an integration that sets a single hook (Django's
+    ``on_redis_error``) returns a copy, and that copy is the default installed."""
+    monkeypatch.setattr(settings_config, "_on_configured", [])
+
+    def on_redis_error(*args: Any, **kwargs: Any) -> None:
+        pass
+
+    def add_hook(given: Config) -> Config | None:
+        if given.on_redis_error is not None:
+            return None
+        return dataclasses.replace(given, on_redis_error=on_redis_error)
+
+    settings_config.when_configured(add_hook)
+    now = wurk.default_config()
+    assert (now.on_redis_error, now.redis_url) == (on_redis_error, config.redis_url)
+    later = Config(redis_url=redis_server.url, concurrency=3)
+    installed = wurk.configure(later)
+    assert installed is wurk.default_config()
+    assert (installed.on_redis_error, installed.concurrency) == (on_redis_error, 3)

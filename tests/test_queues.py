@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from wurk.settings.limits import MAX_QUEUE_WEIGHT
+from wurk.settings.bounds import MAX_QUEUE_WEIGHT
 from wurk.settings.queues import QueuePlan, QueueSpecError, parse_queue, parse_queues
 
 DRAWS = 6000

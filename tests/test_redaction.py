@@ -109,6 +109,17 @@ def test_redact_text_and_shown() -> None:
     assert shown("typo", ["redis://:pw@h"], unknown=True) == "['redis://:***@h']"
 
 
+@pytest.mark.parametrize(("text", "expected"), [
+    ("to redis://h:1/0?password=s3cret: Error 111", "to redis://h:1/0?password=***: Error 111"),
+    ("(at redis://u:pw@h:1/0), then", "(at redis://u:***@h:1/0), then"),
+    ("at redis://h/0?token=t.", "at redis://h/0?token=***."),
+    ("at 'redis://h/0?auth=a'", "at 'redis://h/0?auth=***'"),
+])
+def test_redact_text_keeps_the_punctuation_after_a_url(text: str, expected: str) -> None:
+    # The mask covers the secret, not the sentence around the URL.
+    assert redact_text(text) == expected
+
+
 # -- wurk run -------------------------------------------------------------------------
 
 @pytest.mark.parametrize("url", BAD_URLS)
@@ -134,7 +145,8 @@ def test_wurk_run_against_a_wrong_password_or_no_server(tmp_path: Path,
                 f"redis://app:{SECRET}@127.0.0.1:{free_port()}/0"):
         env = env_with(REDIS_URL=url, WURK_REDIS_CONNECT_TIMEOUT="0.2",
                        WURK_REDIS_RETRY_BASE="0.05", WURK_REDIS_RETRY_CAP="0.2")
-        out = run_for(4, "wurk.cli", "run", env=env, cwd=tmp_path)
+        # With a job module: a worker with none would refuse before dialling.
+        out = run_for(4, "wurk.cli", "run", "-r", "bench.chaos_jobs", env=env, cwd=tmp_path)
         assert SECRET not in out, out
 
 

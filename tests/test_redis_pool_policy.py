@@ -1,7 +1,7 @@
 """Unit tests of the pool's apply-safety policy: pure functions against hand-written tables.
 
 ``classify`` sorts an exception into a kind, ``retry_plan`` decides what to do
-after each failed attempt, ``backoff_delay`` says how long to wait. Nothing
+after each failed attempt, ``trouble_backoff`` says how long to wait. Nothing
 here sleeps or touches Redis. ``RedisPool.run`` itself is tested in
 test_redis_pool_run.py, the pool across fork in test_redis_pool_fork.py.
 """
@@ -12,27 +12,17 @@ import random
 
 import pytest
 import redis.exceptions as rx
+from draws import FixedRng
 
 from wurk.redis.policy import (
     ConnectError,
     ErrorKind,
     Plan,
     PoolExhausted,
-    backoff_delay,
     classify,
     retry_plan,
+    trouble_backoff,
 )
-
-
-class FixedRng(random.Random):
-    """A Random whose ``random()`` always returns one value."""
-
-    def __init__(self, value: float) -> None:
-        super().__init__(0)
-        self.value = value
-
-    def random(self) -> float:
-        return self.value
 
 
 @pytest.mark.parametrize(("error", "kind"), [
@@ -131,10 +121,10 @@ def test_retry_plan_with_a_single_attempt(kind: ErrorKind, plan: Plan) -> None:
     (1, 0.5), (2, 1.0), (3, 2.0), (4, 4.0), (5, 4.0), (6, 4.0), (30, 4.0),
 ])
 def test_backoff_is_exponential_and_capped(attempt: int, delay: float) -> None:
-    assert backoff_delay(attempt, 0.5, 4.0, FixedRng(0.0)) == pytest.approx(delay)
+    assert trouble_backoff(0.5, 4.0).delay(attempt, FixedRng(0.0)) == pytest.approx(delay)
     # Jitter adds up to half the delay, never more, never less than nothing.
-    assert backoff_delay(attempt, 0.5, 4.0, FixedRng(0.5)) == pytest.approx(delay * 1.25)
-    assert backoff_delay(attempt, 0.5, 4.0, FixedRng(0.999999)) == pytest.approx(
+    assert trouble_backoff(0.5, 4.0).delay(attempt, FixedRng(0.5)) == pytest.approx(delay * 1.25)
+    assert trouble_backoff(0.5, 4.0).delay(attempt, FixedRng(0.999999)) == pytest.approx(
         delay * 1.5, rel=1e-5)
 
 
@@ -142,12 +132,12 @@ def test_backoff_jitter_stays_within_bounds_and_varies() -> None:
     rng = random.Random(0)
     for attempt in range(1, 8):
         floor = min(2.0, 0.1 * 2 ** (attempt - 1))
-        samples = [backoff_delay(attempt, 0.1, 2.0, rng) for _ in range(200)]
+        samples = [trouble_backoff(0.1, 2.0).delay(attempt, rng) for _ in range(200)]
         assert all(floor <= s <= floor * 1.5 for s in samples)
         assert len(set(samples)) > 100  # jittered, so a fleet does not retry in step
 
 
 def test_backoff_is_reproducible_with_a_seeded_rng() -> None:
-    first = [backoff_delay(a, 0.5, 4.0, random.Random(7)) for a in range(1, 5)]
-    again = [backoff_delay(a, 0.5, 4.0, random.Random(7)) for a in range(1, 5)]
+    first = [trouble_backoff(0.5, 4.0).delay(a, random.Random(7)) for a in range(1, 5)]
+    again = [trouble_backoff(0.5, 4.0).delay(a, random.Random(7)) for a in range(1, 5)]
     assert first == again

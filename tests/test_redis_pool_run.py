@@ -17,6 +17,7 @@ import pools
 import pytest
 import redis.exceptions as rx
 from recording import Recorder
+from waiting import EVENTUALLY
 
 from wurk.redis.connection import Conn
 from wurk.redis.policy import ConnectError, PoolExhausted
@@ -278,7 +279,7 @@ class Holder:
         self.conn: Conn | None = None
         self.thread = threading.Thread(target=self._hold, daemon=True)
         self.thread.start()
-        assert self.held.wait(5)
+        assert self.held.wait(EVENTUALLY)
 
     def _hold(self) -> None:
         with self.pool.conn() as conn:

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 import pytest
 import redis
 from fetching import blocked_in_brpoplpush, jid_of, payload, wip
+from tuning import tuned
 from waiting import wait_for
 
 from wurk.runtime.reliable_fetch import ACK_DELAY, ReliableFetch
@@ -33,8 +34,9 @@ IDENTITY = "acks-host:1:0123456789ab"
 
 @pytest.fixture
 def fetch(config: Config) -> Iterator[ReliableFetch]:
-    config.concurrency = 10  # acks wait for ten of them, or ACK_DELAY, or a claim
-    config.fetch_timeout = 5.0  # a block long enough to act while it lasts
+    # Acks wait for ten of them, or ACK_DELAY, or a claim; a block is long
+    # enough to act while it lasts.
+    config = tuned(config, concurrency=10, fetch_timeout=5.0)
     started = ReliableFetch(config, parse_queues(["default"]), IDENTITY)
     yield started
     started.stop()

@@ -23,20 +23,21 @@ from fetching import (
     wip,
 )
 from structlog.testing import capture_logs
-from waiting import wait_for
+from tuning import tuned
+from waiting import EVENTUALLY, wait_for
 
-from wurk.redis.pools import pool_for
+from wurk.redis.runtime import runtime_for
 from wurk.settings.config import Config
 
 
 def test_resync_returns_strays_and_keeps_what_is_really_held(
         r: redis.Redis, rb: redis.Redis, config: Config, define: Define,
         launch: Launch) -> None:
-    config.concurrency = 1
+    config = tuned(config, concurrency=1)
     gate, job, running, launcher = launch_gated(rb, define, launch, "running")
     mine = wip(launcher.identity, "default")
     try:
-        assert gate.started.wait(3)
+        assert gate.started.wait(EVENTUALLY)
         # A claim whose reply never arrived: in our list, unknown to us.
         stray = payload(job.name, "stray")
         rb.lpush(mine, stray)
@@ -56,11 +57,10 @@ def test_resync_returns_strays_and_keeps_what_is_really_held(
 def test_lost_claim_reply_is_resynced_and_the_job_runs_once(
         r: redis.Redis, rb: redis.Redis, config: Config, define: Define, launch: Launch,
         proxy: FaultProxy) -> None:
-    quiet_background(config, proxy)
-    config.queues = ["rffirst", "rfsecond"]
     # Blocks of a second: the block the test sees must still be under way
     # when it arms the proxy, or the dropped reply is another request's.
-    config.fetch_timeout = config.reliable_poll_interval = 1.0
+    config = quiet_background(config, proxy, queues=["rffirst", "rfsecond"], fetch_timeout=1.0,
+                              reliable_poll_interval=1.0)
     ran: list[str] = []
     job = define(ran.append)
     launcher = launch()
@@ -92,7 +92,7 @@ def test_a_disruption_the_pool_absorbed_in_another_thread_still_resyncs(
     the old server took: the job is back in our private list, unknown to us.
     The only sign is a disruption somewhere in the pool, perhaps in a job's
     own call that the pool retried without anyone else seeing an error."""
-    quiet_background(config, proxy)
+    config = quiet_background(config, proxy)
     ran: list[str] = []
 
     def work(tag: str) -> None:
@@ -100,7 +100,7 @@ def test_a_disruption_the_pool_absorbed_in_another_thread_still_resyncs(
             # The fetcher is idle (the one thread is here), so this call is
             # the next request through the proxy: dropped, then retried.
             proxy.drop_next_request()
-            assert pool_for(config).call("GET", "anything", idempotent=True) is None
+            assert runtime_for(config).pool.call("GET", "anything", idempotent=True) is None
         ran.append(tag)
 
     job = define(work)
@@ -109,7 +109,7 @@ def test_a_disruption_the_pool_absorbed_in_another_thread_still_resyncs(
     first = payload(job.name, "first")
     rb.lpush("queue:default", first)
     wait_for(lambda: ran == ["first"] and not rb.exists(mine))
-    disruptions = pool_for(config).disruptions
+    disruptions = runtime_for(config).pool.disruptions
     # The acknowledgement "lost": the job is back in our list. Nothing has
     # gone wrong in this process, so nothing looks.
     rb.lpush(mine, first)
@@ -120,7 +120,7 @@ def test_a_disruption_the_pool_absorbed_in_another_thread_still_resyncs(
         rb.lpush("queue:default", payload(job.name, "poke"))
         wait_for(lambda: ran[-1:] == ["first"] and len(ran) == 3, timeout=5)
     assert ran == ["first", "poke", "first"]
-    assert pool_for(config).disruptions > disruptions
+    assert runtime_for(config).pool.disruptions > disruptions
     assert not any(e["event"] == "fetch.error" for e in logs)  # the fetcher saw no error
     assert {"event": "fetch.resynced", "jobs": 1, "log_level": "warning"} in logs
     wait_for(lambda: not rb.exists(mine))

@@ -10,6 +10,7 @@ from collections.abc import Callable
 import redis
 import test_interop_support
 from test_interop_support import RUBY_RUNS, RubySidekiq, wait_run
+from tuning import tuned
 from waiting import wait_for
 
 import wurk
@@ -42,7 +43,7 @@ def test_ruby_keeps_result_ttl_and_a_wurk_worker_stores_the_retried_jobs_result(
     r.lpush("queue:wurk-only", json.dumps(payload))
     wurk.job(name="RbFlaky")(lambda n: f"python ran {n}")
     try:
-        config.queues = ["wurk-only"]
+        config = tuned(config, queues=["wurk-only"])
         launch_with(config)
         assert wurk.result(flaky, timeout=15) == "python ran 2"
     finally:

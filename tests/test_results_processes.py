@@ -18,11 +18,12 @@ import swarms
 from cli_workers import Worker, child_env
 from conftest import RedisServer
 from swarms import slot
-from waiting import wait_for
+from waiting import EVENTUALLY, wait_for
 
 import wurk
 from wurk.push.client import Client
 from wurk.push.results import JobFailed, peek
+from wurk.redis.runtime import runtime_for
 from wurk.runtime.reaper import recover
 from wurk.settings.config import Config
 from wurk.wire import keys
@@ -152,10 +153,10 @@ def test_a_job_recovered_after_sigkill_stores_its_result_once(
     assert first.alive(), first.stderr()
     (identity,) = [str(m) for m in r.smembers(keys.WIP_OWNERS)]
     first.proc.send_signal(signal.SIGKILL)
-    assert first.proc.wait(5) == -signal.SIGKILL
+    assert first.proc.wait(EVENTUALLY) == -signal.SIGKILL
     assert peek(jid) is None  # the killed run stored nothing
 
-    recover(config, identity)  # what the reaper or the swarm parent does
+    recover(runtime_for(config), identity)  # what the reaper or the swarm parent does
     r.delete("res:hang")
     second = spawn()
     waiter.join(40)
@@ -178,7 +179,7 @@ def test_a_crash_between_the_result_and_the_ack_runs_the_job_again_and_replaces_
     (identity,) = [str(m) for m in r.smembers(keys.WIP_OWNERS)]
     assert r.llen(keys.wip(identity, "rq")) == 1  # never acknowledged
 
-    recover(config, identity)
+    recover(runtime_for(config), identity)
     second = spawn()
     wait_for(lambda: r.get("res:runs") == "2" or not second.alive(), timeout=15)
     assert second.alive(), second.stderr()

@@ -16,17 +16,18 @@ import redis
 from conftest import RedisServer
 from faultproxy import FaultProxy
 from structlog.testing import capture_logs
-from waiting import wait_for
+from tuning import tuned
+from waiting import EVENTUALLY, wait_for
 
 import wurk
 from wurk.push.job import registry
-from wurk.redis.pools import close_pool
+from wurk.redis.runtime import close_runtime
 from wurk.runtime import scheduled
 from wurk.runtime.launcher import Launcher
 from wurk.runtime.scheduled import Poller, random_poll_interval
 from wurk.settings.config import Config
+from wurk.unique.keys import lock_key
 from wurk.wire.payload import new_jid
-from wurk.wire.unique import lock_key
 
 
 class FixedRng(random.Random):
@@ -84,11 +85,16 @@ def queue_jobs(r: redis.Redis, name: str) -> list[dict[str, Any]]:
     return [json.loads(x) for x in reversed(r.lrange(f"queue:{name}", 0, -1))]
 
 
-@pytest.fixture(params=["reliable", "classic"], autouse=True)
-def scheduler_mode(request: pytest.FixtureRequest, config: Config) -> str:
+@pytest.fixture(params=["reliable", "classic"])
+def scheduler_mode(request: pytest.FixtureRequest) -> str:
     """Every poller test runs against both the reliable and the classic scheduler."""
-    config.reliable_scheduler = request.param == "reliable"
     return str(request.param)
+
+
+@pytest.fixture
+def config(config: Config, scheduler_mode: str) -> Config:
+    """The shared test config, set to this run's scheduler (and installed)."""
+    return tuned(config, reliable_scheduler=scheduler_mode == "reliable")
 
 
 def test_enqueue_due_moves_due_jobs_and_keeps_their_fields(r: redis.Redis, config: Config,
@@ -116,7 +122,7 @@ def test_enqueue_due_moves_due_jobs_and_keeps_their_fields(r: redis.Redis, confi
         expected = {k: v for k, v in original.items() if k != "enqueued_at"}
         if scheduler_mode == "classic" and "unique_for" in original:
             # The classic poller pushes through the client, whose unique-jobs
-            # middleware takes the lock and records its key (wurk.push.unique).
+            # middleware takes the lock and records its key (wurk.unique.push).
             assert rest.pop("unique_lock") == lock_key(original["class"], "mail",
                                                        original["args"])
         assert rest == expected
@@ -160,7 +166,7 @@ def test_malformed_member_goes_to_dead_and_the_sweep_goes_on(r: redis.Redis,
 @pytest.mark.parametrize("bad", [
     {"class": "SchedJob", "args": [], "queue": 5},
     {"class": "SchedJob", "args": [], "queue": ""},
-    {"class": "SchedJob", "args": [], "at": "soon"},
+    # An "at" is not read at all (the score said the job is due): test_hostile_times.py.
     {"class": "", "args": []},
 ])
 def test_unpushable_member_goes_to_dead_not_lost(r: redis.Redis, config: Config,
@@ -179,15 +185,15 @@ def test_poller_thread_moves_due_jobs_and_stop_joins_it(r: redis.Redis,
                                                         config: Config) -> None:
     poller = Poller(config)
     poller.start()
-    thread = poller._thread
+    thread = poller.service.thread
     assert thread is not None and thread.is_alive()
     try:
         zadd_job(r, "schedule", stored(), time.time() - 1)
-        wait_for(lambda: r.llen("queue:default") == 1, timeout=2)
+        wait_for(lambda: r.llen("queue:default") == 1)
     finally:
         poller.stop()
     assert not thread.is_alive()
-    assert poller._thread is None
+    assert not poller.service.alive()
     # stop is terminal: a later sweep moves nothing.
     zadd_job(r, "schedule", stored(), time.time() - 1)
     assert poller.enqueue_due() == 0
@@ -197,7 +203,7 @@ def test_poller_thread_moves_due_jobs_and_stop_joins_it(r: redis.Redis,
 def test_stop_without_start_is_harmless(config: Config) -> None:
     poller = Poller(config)
     poller.stop()
-    assert poller._thread is None
+    assert poller.service.thread is None
 
 
 # -- end to end ---------------------------------------------------------------------------------
@@ -229,7 +235,7 @@ def test_perform_in_runs_when_due(r: redis.Redis, config: Config, launcher: Laun
         assert "enqueued_at" not in entry
         assert "at" not in entry
         launcher.start()
-        assert done.wait(3.0), "scheduled job did not run"
+        assert done.wait(EVENTUALLY), "scheduled job did not run"
         ran_at, args = ran[0]
         assert args == ["hello", 2]
         assert ran_at >= pushed_at + 0.45
@@ -342,7 +348,7 @@ def test_the_scheduler_survives_an_outage_in_its_interval_read(
             poller.start()
             wait_for(lambda: sum(e["event"] == "scheduler.interval_failed" for e in logs) >= 2,
                      what="two cycles through the outage")
-        assert poller._thread is not None and poller._thread.is_alive()
+        assert poller.service.alive()
         proxy.heal()
         job = stored()
         zadd_job(r, "schedule", job, time.time() - 1)
@@ -350,7 +356,7 @@ def test_the_scheduler_survives_an_outage_in_its_interval_read(
         assert [j["jid"] for j in queue_jobs(r, "default")] == [job["jid"]]
     finally:
         poller.stop()
-        close_pool(own)
+        close_runtime(own)
         proxy.close()
 
 

@@ -45,7 +45,7 @@ from pushing import Pusher
 
 import wurk
 from wurk.redis.pool import RedisPool
-from wurk.redis.pools import close_pool, pool_for
+from wurk.redis.runtime import close_runtime, runtime_for
 from wurk.redis.sentinel import SentinelSettings
 from wurk.runtime.launcher import Launcher
 from wurk.settings.config import Config, ConfigError
@@ -65,7 +65,7 @@ def sentinel_record(jid: str) -> None:
     nothing applied, so trying again is safe; only an unknown outcome (a
     broken connection after sending) can make a duplicate here.
     """
-    pool = pool_for(_worker["config"])
+    pool = runtime_for(_worker["config"]).pool
     deadline = time.monotonic() + 40
     while True:
         try:
@@ -262,15 +262,15 @@ def test_failover_under_load_loses_no_job(cluster: SentinelCluster) -> None:
 
         # Both pools now reach the new primary.
         for config in (worker_config, client_config):
-            reply = pool_for(config).call("CONFIG", "GET", "port", idempotent=True)
+            reply = runtime_for(config).pool.call("CONFIG", "GET", "port", idempotent=True)
             # A map under RESP3, a flat [name, value] list under RESP2.
             port = reply[b"port"] if isinstance(reply, dict) else reply[1]
             assert int(port) == new.port
     finally:
         pusher.stop()
         launcher.stop(time.monotonic() + 3)
-        close_pool(client_config)
-        close_pool(worker_config)
+        close_runtime(client_config)
+        close_runtime(worker_config)
         _worker.clear()
 
 

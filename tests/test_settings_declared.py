@@ -120,10 +120,10 @@ def test_the_run_options_are_the_declared_flags() -> None:
     assert parsed() == dict.fromkeys(s.name for s in SETTINGS if s.flag)
     given = parsed("-c", "3", "-q", "a:2", "--queue", "b", "-r", "m", "-t", "1.5", "-g", "x",
                    "--log-level", "debug", "--redis-url", "redis://h:1/0",
-                   "--executor", "asyncio")
+                   "--executor", "asyncio", "--max-jobs", "500")
     assert given == {"concurrency": 3, "queues": ["a:2", "b"], "require": ["m"],
                      "shutdown_timeout": 1.5, "tag": "x", "log_level": "debug",
-                     "redis_url": "redis://h:1/0", "executor": "asyncio"}
+                     "redis_url": "redis://h:1/0", "executor": "asyncio", "max_jobs": 500}
 
 
 def test_the_run_help_keeps_each_options_words(capsys: pytest.CaptureFixture[str]) -> None:

@@ -12,7 +12,8 @@ from types import FrameType
 
 import pytest
 
-from wurk.runtime.signals import SignalPipe, poke
+from wurk.runtime import launcher as launcher_module
+from wurk.runtime.signals import SignalPipe, dispatch, poke, serve
 
 
 @pytest.fixture
@@ -43,7 +44,7 @@ def test_next_gives_none_when_the_timeout_passes_first() -> None:
     with SignalPipe((signal.SIGUSR1,)) as signals:
         started = time.monotonic()
         assert signals.next(0.2) is None
-        assert 0.15 <= time.monotonic() - started < 2
+        assert 0.15 <= time.monotonic() - started < 10
         assert signals.next(0) is None
 
 
@@ -146,3 +147,43 @@ def test_the_swarm_parent_ignores_a_signal_number_it_has_no_command_for() -> Non
     # A real-time signal a preloaded module handles: no Signals member, no command.
     assert command_for(signal.SIGRTMIN + 3) is None
     assert command_for(0) is None
+
+
+def test_serve_runs_each_numbers_action_until_one_gives_an_exit_status() -> None:
+    done: list[str] = []
+    table = {signal.SIGTSTP: lambda: done.append("quiet"),
+             signal.SIGTERM: lambda: done.append("stop") or 7}
+    with SignalPipe((signal.SIGUSR1,)) as signals:
+        # 0 (a wake-up) and a number with no action are passed over.
+        signals.writer.send(bytes([0, signal.SIGTSTP, signal.SIGUSR2, signal.SIGTERM,
+                                   signal.SIGTSTP]))
+        assert serve(signals, table) == 7
+        assert signals.next(0) == signal.SIGTSTP  # what came after the stop is left unread
+    assert done == ["quiet", "stop"]
+    assert dispatch(table, None) is None
+
+
+class Quietable:
+    def __init__(self) -> None:
+        self.quiets = 0
+
+    def quiet(self) -> None:
+        self.quiets += 1
+
+
+def test_a_workers_tables_stop_on_what_each_process_names_and_quiet_on_tstp(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    dumps: list[int] = []
+    monkeypatch.setattr(launcher_module, "dump_threads", lambda: dumps.append(1))
+    worker = Quietable()
+    table = launcher_module.worker_signals(worker, lambda: 3,  # type: ignore[arg-type]
+                                           (signal.SIGTERM, signal.SIGINT))
+    assert set(table) == {signal.SIGTERM, signal.SIGINT, signal.SIGTSTP, signal.SIGTTIN}
+    assert [dispatch(table, n) for n in (signal.SIGTSTP, signal.SIGTTIN, signal.SIGINT)] == [
+        None, None, 3]
+    assert worker.quiets == 1 and dumps == [1]
+    quiet: list[bool] = []
+    waiting = launcher_module.waiting_signals(quiet)  # a swarm child: TERM alone stops
+    assert set(waiting) == {signal.SIGTERM, signal.SIGTSTP, signal.SIGTTIN}
+    assert dispatch(waiting, signal.SIGTSTP) is None and quiet == [True]
+    assert dispatch(waiting, signal.SIGTERM) == 0

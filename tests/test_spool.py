@@ -25,13 +25,16 @@ from tests.waiting import wait_for
 from wurk.push import spool
 from wurk.push.client import Client
 from wurk.push.spool_drain import drain_once
-from wurk.redis.pools import close_pool, pool_for
+from wurk.redis.runtime import close_runtime, runtime_for
 from wurk.runtime.launcher import Launcher
 from wurk.settings.config import Config
 from wurk.wire.payload import new_jid
 
 REPO = Path(__file__).resolve().parent.parent
 QUEUE = "spooled"
+# These tests push to a Redis that never answered on purpose (its buffering is
+# what they test); tests/test_push_nowhere.py covers the warning that says so.
+pytestmark = pytest.mark.filterwarnings("ignore::wurk.PushSpooledWarning")
 
 # Enqueue while Redis cannot take writes, print the jids, exit.
 ENQUEUE = """
@@ -39,6 +42,7 @@ import json, sys
 from wurk.core import logging as wlog
 from wurk.push.client import Client
 from wurk.settings.config import Config
+
 wlog.setup("info", "json")
 client = Client(Config(redis_url=sys.argv[1], redis_connect_timeout=0.2,
                        redis_retry_attempts=1, push_flush_timeout=0.5))
@@ -97,7 +101,7 @@ def write_file(config: Config, entries: list[spool.SpoolEntry]) -> Path:
 def cfg(redis_server: RedisServer, r: redis.Redis) -> Iterator[Config]:
     config = Config(redis_url=redis_server.url, log_level="warning")
     yield config
-    close_pool(config)
+    close_runtime(config)
 
 
 # -- exit: spool, not lose ----------------------------------------------------------
@@ -115,7 +119,8 @@ def test_pushes_left_at_exit_while_redis_is_down_are_spooled_then_pushed_by_a_wo
     assert path.read_text().count("\n") == 31  # the header and one line per job
     server = start_redis(port=port)
     worker = subprocess.Popen(
-        [sys.executable, "-m", "wurk.cli", "run", "-q", "elsewhere", "-c", "1"], cwd=REPO,
+        [sys.executable, "-m", "wurk.cli", "run", "-r", "bench.chaos_jobs", "-q", "elsewhere",
+         "-c", "1"], cwd=REPO,
         env={**os.environ, "REDIS_URL": url}, stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL)
     try:
@@ -150,7 +155,7 @@ def test_a_pusher_exiting_while_the_primary_refuses_writes_spools_and_a_client_p
                      what="the client pushed the spool at its start")
             assert queued(r) == jids
         finally:
-            close_pool(client.config)
+            close_runtime(client.config)
 
 
 # -- several drainers, crashes -----------------------------------------------------
@@ -158,9 +163,9 @@ DRAIN = """
 import json, sys
 from wurk.settings.config import Config
 from wurk.push.spool_drain import drain_once
-from wurk.redis.pools import pool_for
+from wurk.redis.runtime import runtime_for
 config = Config(redis_url=sys.argv[1])
-report = drain_once(config, pool_for(config))
+report = drain_once(config, runtime_for(config).pool)
 print(json.dumps({"pushed": len(report.pushed), "busy": len(report.busy)}))
 """
 
@@ -184,7 +189,7 @@ def test_two_processes_draining_one_spool_push_each_job_once(
 DIE_AFTER = """
 import os, sys
 from wurk.push import confirmed, spool_drain
-from wurk.redis.pools import pool_for
+from wurk.redis.runtime import runtime_for
 from wurk.settings.config import Config
 spool_drain.BATCH = 1
 write, calls = confirmed.ConfirmedWriter.write, [0]
@@ -195,7 +200,7 @@ def dying_write(self, pool, push, **kw):
         os._exit(9)
 confirmed.ConfirmedWriter.write = dying_write
 config = Config(redis_url=sys.argv[1])
-spool_drain.drain_once(config, pool_for(config))
+spool_drain.drain_once(config, runtime_for(config).pool)
 """
 
 
@@ -209,7 +214,7 @@ def test_a_drain_killed_mid_file_is_taken_over_and_pushes_each_job_once(
     assert len(queued(r)) == killed_after
     claimed = [name for name in spool.spool_files(path.parent) if name.claimer is not None]
     assert len(claimed) == 1  # the dead drainer's claim, left behind
-    report = drain_once(cfg, pool_for(cfg))
+    report = drain_once(cfg, runtime_for(cfg).pool)
     assert len(report.pushed) == 1
     assert queued(r) == [e.jid for e in entries]  # no job twice, none missing, in order
     assert list(path.parent.iterdir()) == []
@@ -221,12 +226,12 @@ def test_a_file_held_by_a_live_drainer_is_left_to_it(cfg: Config, r: redis.Redis
     held = spool.claim(name)
     assert held is not None
     try:
-        report = drain_once(cfg, pool_for(cfg))
+        report = drain_once(cfg, runtime_for(cfg).pool)
         assert report.busy and not report.pushed and r.llen(f"queue:{QUEUE}") == 0
     finally:
         held.release()
     assert [f.state for f in spool.spool_files(spool.spool_dir(cfg))] == ["waiting"]
-    assert len(drain_once(cfg, pool_for(cfg)).pushed) == 1
+    assert len(drain_once(cfg, runtime_for(cfg).pool).pushed) == 1
     assert r.llen(f"queue:{QUEUE}") == 3
 
 
@@ -255,6 +260,8 @@ def _bad_contents(entry: spool.SpoolEntry) -> dict[str, bytes]:
         "a job with another jid": (_header(1) + _line(entry, jid="other")).encode(),
         "a bad nonce": (_header(1) + _line(entry, nonce="../../etc")).encode(),
         "a bad time": (_header(1) + _line(entry, at="soon")).encode(),
+        "a time no clock reaches": (_header(1) + _line(entry, at=1e300)).encode(),
+        "a time past any float": (_header(1) + _line(entry, at=10**400)).encode(),
         "a huge line": (_header(1) + _line(entry, pad="x" * 5000)).encode(),
         "deep nesting": (_header(1) + "[" * 100_000 + "\n").encode(),
     }
@@ -272,24 +279,24 @@ def test_a_bad_spool_file_is_moved_aside_and_reported_and_the_rest_is_pushed(
     good = make_entries(5)
     write_file(cfg, good)
     with capture_logs() as logs:
-        report = drain_once(cfg, pool_for(cfg), any_target=True)
+        report = drain_once(cfg, runtime_for(cfg).pool, any_target=True)
     assert [path for path, _ in report.bad] == [str(bad.with_suffix(".spool.bad"))]
     assert bad.with_suffix(".spool.bad").exists() and not bad.exists()
     [line] = [e for e in logs if e["event"] == "spool.bad"]
     assert line["log_level"] == "error" and line["path"].endswith(".spool.bad")
     assert queued(r) == [e.jid for e in good]  # nothing from the bad file
     with capture_logs() as again:
-        drain_once(cfg, pool_for(cfg))
+        drain_once(cfg, runtime_for(cfg).pool)
     assert not [e for e in again if e["event"] == "spool.bad"]  # reported once, no loop
 
 
 def test_a_file_for_another_redis_is_left_alone(cfg: Config, r: redis.Redis) -> None:
     other = Config(redis_url="redis://10.9.9.9:6380/3", spool_dir=str(spool.spool_dir(cfg)))
     write_file(other, make_entries(2))
-    report = drain_once(cfg, pool_for(cfg))
+    report = drain_once(cfg, runtime_for(cfg).pool)
     assert len(report.other_target) == 1 and r.llen(f"queue:{QUEUE}") == 0
     assert [f.state for f in spool.spool_files(spool.spool_dir(cfg))] == ["waiting"]
-    assert len(drain_once(cfg, pool_for(cfg), any_target=True).pushed) == 1
+    assert len(drain_once(cfg, runtime_for(cfg).pool, any_target=True).pushed) == 1
     assert r.llen(f"queue:{QUEUE}") == 2
 
 
@@ -309,7 +316,7 @@ def test_a_running_worker_pushes_a_spool_file_that_appears_later(
         assert queued(r) == [e.jid for e in entries]
     finally:
         launcher.stop(time.monotonic() + 1)
-        close_pool(config)
+        close_runtime(config)
 
 
 # -- swarm children leave with os._exit ---------------------------------------------
@@ -361,7 +368,7 @@ def test_a_scheduled_push_keeps_its_time_through_the_spool(
     with capture_logs() as logs:
         client.buffer.flush_at_exit()
     assert [e["jobs"] for e in logs if e["event"] == "push.spooled"] == [1]
-    assert len(drain_once(cfg, pool_for(cfg), any_target=True).pushed) == 1
+    assert len(drain_once(cfg, runtime_for(cfg).pool, any_target=True).pushed) == 1
     [(raw, score)] = r.zrange("schedule", 0, -1, withscores=True)
     assert json.loads(raw)["jid"] == jid and abs(score - at) < 0.01
 
@@ -399,7 +406,7 @@ def test_a_send_in_flight_at_exit_is_waited_for_and_not_spooled_too(
             client.buffer.flush_at_exit()
         assert [e["jids"] for e in logs if e["event"] == "push.spooled"] == [jids[1:]]
         proxy.heal()
-        drain_once(cfg, pool_for(cfg), any_target=True)
+        drain_once(cfg, runtime_for(cfg).pool, any_target=True)
         assert queued(r) == jids
     finally:
         proxy.close()

@@ -200,3 +200,30 @@ def test_hosted_swarm_in_an_asgi_app_boots_and_drains_with_the_app(
     assert done["exit_code"] == 0 and done["children_left"] == 0
     assert len(swarm.events("child.ready")) == 2
     assert r.smembers("processes") == set()
+
+
+SLOT_HOOK = textwrap.dedent("""
+    import dataclasses
+
+    from wurk.settings.config import when_configured
+
+
+    def _hook(config):
+        # A field an integration cannot extend in place comes back in a copy.
+        return dataclasses.replace(config, queues=["hooked"])
+
+
+    when_configured(_hook)
+""")
+
+
+def test_a_child_works_the_copy_its_slots_own_require_had_installed(
+        launch: Launch, tmp_path: Path, r: redis.Redis) -> None:
+    # Loaded in the child only, after its config was installed (a slot's own
+    # wurk.contrib.django.boot does this): the callback's copy is what it runs.
+    (tmp_path / "slot_hook.py").write_text(SLOT_HOOK, encoding="utf-8")
+    swarm = launch(slot("alpha", queues=["qa"], require=["swarm_jobs", "slot_hook"]))
+    swarm.wait_ready({"alpha": 1})
+    push(r, "hooked", "record", "from the hooked queue")
+    wait_for(lambda: r.llen("done") == 1, what="the job of the copy's queue ran")
+    assert r.lrange("done", 0, -1)[0].startswith("from the hooked queue:")

@@ -32,7 +32,7 @@ from supervisor import liveness
 from supervisor.probe import probe
 from supervisor.swarm import Child
 from supervisor.topology import parse
-from wurk.redis.pools import close_pool
+from wurk.redis.runtime import close_runtime
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -92,9 +92,11 @@ def test_a_stopped_child_is_killed_replaced_and_its_job_goes_back(
     assert hung["pid"] == victim and hung["slot"] == "alpha"
     assert hung["silent"] >= STOPPED_CHILD_TIMEOUT  # rounded
     assert hung["child_timeout"] == STOPPED_CHILD_TIMEOUT
-    after = swarm.wait_ready(not_pids={victim}, timeout=15)
+    after = swarm.wait_ready(not_pids={victim}, timeout=25)
     replaced_in = time.monotonic() - stopped_at
-    assert replaced_in < STOPPED_CHILD_TIMEOUT + 5, replaced_in
+    # The child timeout, then a KILL, a respawn and a boot (a second or two
+    # idle), with room for a loaded machine.
+    assert replaced_in < STOPPED_CHILD_TIMEOUT + 15, replaced_in
     assert gone(victim)
     # Its claimed job went back at once and ran to the end in another child.
     recovered = swarm.wait_events("reaper.recovered", identity=identity)[0]
@@ -264,4 +266,4 @@ def test_probe_fails_on_any_stale_child_and_ignores_garbage(
     assert re.fullmatch(r"a#1 \(pid 5001\) \(beat 10\d\.\d s ago\)", result.stale[0])
     r.hset("h:2:a", "beat", "nan")
     assert not probe(topology, swarm_pid, host).ok
-    close_pool(topology.slots[0].config)
+    close_runtime(topology.slots[0].config)

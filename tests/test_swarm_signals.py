@@ -20,7 +20,7 @@ import redis
 import swarms
 from conftest import RedisServer
 from swarms import Launch, gone, push, slot
-from waiting import wait_for
+from waiting import wait_beats, wait_for
 
 from supervisor.swarm import Child, Swarm
 from supervisor.systemd import Notifier
@@ -151,12 +151,16 @@ def test_tstp_quiets_every_child(launch: Launch, r: redis.Redis) -> None:
         ready = swarm.ready()
         return len(ready) == 3 and all(i["hash"]["quiet"] == "true" for i in ready.values())
     wait_for(all_quiet, what="every child quiet")
-    # A fetch already blocked in BRPOP may still be waiting out its
-    # fetch_timeout (0.5 s); after that nobody asks Redis for work.
-    time.sleep(1.0)
+    # A fetch already blocked in Redis may still be waiting out its
+    # fetch_timeout (0.5 s): wait until no child has a thread left that could
+    # run a job, then give them beats of time to (wrongly) take one.
+    children = swarm.ready()
+    for info in children.values():
+        swarm.wait_processors_gone(info["pid"])
     push(r, "qa", "record", "late-a")
     push(r, "qb", "record", "late-b")
-    time.sleep(1.5)
+    for info in children.values():
+        wait_beats(r, info["identity"])
     assert r.llen("queue:qa") == 1
     assert r.llen("queue:qb") == 1
     assert r.llen("done") == 0
@@ -172,7 +176,9 @@ def test_parent_signals_sent_to_a_child_by_mistake_do_not_kill_it(launch: Launch
     pid = swarm.wait_ready()[("alpha", 0)]["pid"]
     for signum in (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGTTOU):
         os.kill(pid, signum)
-    time.sleep(0.5)
+    # Two whole thread dumps (SIGTTIN, sent after them) come after the child
+    # has handled every signal above.
+    assert "wurk-heartbeat" in swarm.thread_names(pid)
     assert not gone(pid)
     assert swarm.events("child.exited") == []
     swarm.send(signal.SIGTERM)

@@ -15,6 +15,7 @@ import pytest
 import redis
 from structlog.testing import capture_logs
 from test_health import get
+from tuning import tuned
 from waiting import wait_for
 
 from supervisor import child_boot
@@ -94,6 +95,32 @@ def test_restarts_back_off_while_a_loop_keeps_dying(monkeypatch: pytest.MonkeyPa
     wait_for(lambda: supervisor.dead() == [], what="a stopped loop is not dead")
 
 
+@pytest.mark.parametrize(("stable_run", "expected"), [
+    (60.0, [0.01, 0.02, 0.04, 0.04, 0.04]),  # quick deaths: doubling up to the max
+    (0.0, [0.01] * 5),                       # each run "stable": the shortest pause again
+])
+def test_restart_pauses_are_capped_and_reset_after_a_stable_run(
+        monkeypatch: pytest.MonkeyPatch, stable_run: float, expected: list[float]) -> None:
+    monkeypatch.setattr(threads, "RESTART_PAUSE", 0.01)
+    monkeypatch.setattr(threads, "RESTART_PAUSE_MAX", 0.04)
+    monkeypatch.setattr(threads, "STABLE_RUN", stable_run)
+    supervisor = ThreadSupervisor()
+    release = threading.Event()
+    runs: list[int] = []
+
+    def loop() -> None:
+        runs.append(1)
+        if len(runs) <= len(expected):
+            raise SystemExit("again")
+        release.wait(5)
+
+    with capture_logs() as logs:
+        supervisor.start("flaky", loop)
+        wait_for(lambda: len(runs) > len(expected), what="every restart")
+    release.set()
+    assert [e["restart_in"] for e in logs if e["event"] == "thread.died"] == expected
+
+
 def test_a_loop_that_ends_or_dies_once_stopped_is_not_restarted() -> None:
     supervisor = ThreadSupervisor()
     stop = threading.Event()
@@ -169,8 +196,7 @@ def test_a_dead_processor_is_replaced_and_live_reports_it(
 def test_a_processor_failing_outside_its_job_gives_the_job_back(
         r: redis.Redis, config: Config, define: Define, launch: Launch,
         monkeypatch: pytest.MonkeyPatch, reliable: bool) -> None:
-    config.concurrency = 1
-    config.reliable_fetch = reliable
+    config = tuned(config, concurrency=1, reliable_fetch=reliable)
     monkeypatch.setattr(Processor, "process", once(KeyboardInterrupt(), Processor.process))
     ran: list[int] = []
     job = define(lambda: ran.append(1))
@@ -202,7 +228,7 @@ def test_the_heartbeat_outlives_a_base_exception(config: Config, launch: Launch,
 
 def test_the_reaper_outlives_a_base_exception(r: redis.Redis, config: Config, launch: Launch,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    config.reaper_interval = 0.2
+    config = tuned(config, reaper_interval=0.2)
     stand_in = once(SystemExit("injected"), reaper.sweep)
     monkeypatch.setattr(reaper, "sweep", stand_in)
     launch()
@@ -239,7 +265,7 @@ def test_the_health_listener_outlives_a_base_exception(
 
 
 class FakeLauncher:
-    """What ``_keep_title`` reads of a launcher."""
+    """What ``title_keeper`` reads of a launcher."""
 
     def __init__(self) -> None:
         self.config = Config(concurrency=3)
@@ -248,7 +274,7 @@ class FakeLauncher:
         self.manager = type("M", (), {"in_flight": type("T", (), {"busy": lambda _: 1})()})()
 
 
-# Plain threads below: the loops' own guards are under test, not the supervisor.
+# The services' own guards are under test below, not the supervisor's restarts.
 
 def test_the_childs_title_outlives_a_base_exception(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(child_boot, "TITLE_REFRESH", 0.02)
@@ -256,14 +282,15 @@ def test_the_childs_title_outlives_a_base_exception(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(child_boot.setproctitle, "setproctitle",
                         once(SystemExit("injected"), titles.append))
     launcher = FakeLauncher()
-    title = threading.Thread(target=child_boot._keep_title, args=(launcher, "a", 0), daemon=True)
-    title.start()
-    try:
-        wait_for(lambda: titles, what="a title after the failure")
-        assert titles[0] == "wurk-swarm: child a#0 [1 of 3 busy]"
-    finally:
-        launcher.stopped.set()
-        title.join(2)
+    title = child_boot.title_keeper(launcher, "a", 0)  # type: ignore[arg-type]
+    with capture_logs() as logs:
+        title.start()
+        try:
+            wait_for(lambda: titles, what="a title after the failure")
+            assert titles[0] == "wurk-swarm: child a#0 [1 of 3 busy]"
+        finally:
+            assert title.stop(2)
+    assert [e["event"] for e in logs] == ["child.title_failed"]
 
 
 def test_the_orphan_guard_outlives_a_base_exception(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -272,7 +299,7 @@ def test_the_orphan_guard_outlives_a_base_exception(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(child_boot.os, "getppid",
                         once(SystemExit("injected"), lambda: parent[0]))
     reader, writer = socket.socketpair()
-    guard = threading.Thread(target=child_boot._orphan_guard, args=(12345, writer), daemon=True)
+    guard = child_boot.OrphanGuard(12345, writer).service
     try:
         guard.start()
         wait_for(lambda: len(child_boot.os.getppid.calls) >= 3,  # type: ignore[attr-defined]
@@ -280,7 +307,8 @@ def test_the_orphan_guard_outlives_a_base_exception(monkeypatch: pytest.MonkeyPa
         parent[0] = 1  # re-parented: the guard must still be watching
         reader.settimeout(5)
         assert reader.recv(1) == bytes([child_boot.signal.SIGTERM])
+        wait_for(lambda: not guard.alive(), timeout=5, what="the guard ended after its TERM")
     finally:
-        guard.join(2)
+        guard.stop(2)
         reader.close()
         writer.close()

@@ -265,7 +265,7 @@ def test_no_job_timeout_ever_reaches_the_next_job_on_the_thread() -> None:
     Whatever the timing, a JobTimeout is either the run's own outcome or
     nothing: none escapes ``run`` and none lands in the code that follows.
     """
-    timer = JobTimer(None, None, None, None, None)  # type: ignore[arg-type]
+    timer = JobTimer(None, None)  # type: ignore[arg-type]
     work = UnitOfWork("default", b"{}")
     rng = random.Random(15)
     outcomes = {"timeout": 0, "ok": 0}
@@ -362,7 +362,7 @@ from wurk.runtime.job_timer import JobTimer
 from wurk.runtime.time_limits import JobTimeout, Limits
 from wurk.runtime.work import UnitOfWork
 
-timer = JobTimer(None, None, None, None, None)
+timer = JobTimer(None, None)
 work = UnitOfWork("default", b"{}")
 for _ in range(3):
     # A job blocked in one C call past its limit: the JobTimeout is still

@@ -25,6 +25,7 @@ import pytest
 import redis
 import swarms
 from cli_workers import Worker
+from structlog.testing import capture_logs
 from swarms import Launch, slot
 from waiting import wait_for
 
@@ -34,7 +35,7 @@ from supervisor.topology import parse
 from wurk.cli import EX_OVERRAN
 from wurk.push.job import JobFunction
 from wurk.push.results import peek
-from wurk.redis.pools import close_pool
+from wurk.redis.runtime import close_runtime, runtime_for
 from wurk.runtime.embedded import Embedded
 from wurk.runtime.launcher import Launcher
 from wurk.settings.config import Config
@@ -126,6 +127,31 @@ def test_a_launcher_settles_an_overrun_as_a_timeout_and_recycles(
     assert r.zcard("retry") == 1 and r.zcard("dead") == 0
 
 
+def test_an_overrun_logs_one_outcome_for_its_one_run(
+        config: Config, r: redis.Redis, define: Define,
+        launch_with: Callable[..., Launcher]) -> None:
+    def spin() -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            pass
+
+    jid = str(define(spin, hard_timeout=0.3).perform_async())
+    with capture_logs() as logs:
+        launcher = launch_with(config, on_stop_request=lambda: None)
+        wait_for(lambda: retried(r, jid) is not None, timeout=10)
+        # The spinner's thread unwinds after the settle: wait for that too.
+        wait_for(lambda: any(e["event"] == "job.unwound" for e in logs), timeout=10)
+        # Each line is said just after what it reports (the retry entry, the unwound
+        # run), so the test waits for the lines and the freed slot themselves.
+        wait_for(lambda: any(e["event"] == "job.retry" for e in logs), timeout=10)
+        wait_for(lambda: launcher.manager.in_flight.busy() == 0, timeout=10)
+    mine = [e["event"] for e in logs if e.get("jid") == jid and e["event"] != "job.start"]
+    # Before: job.hard_timeout, job.retry, and a job.fail when the thread returned.
+    # The settle runs beside the unwinding thread: the order of the last two varies.
+    assert mine[0] == "job.hard_timeout"
+    assert sorted(mine[1:]) == ["job.retry", "job.unwound"]
+
+
 def test_an_embedded_worker_settles_an_overrun_and_carries_on(
         config: Config, r: redis.Redis, define: Define) -> None:
     seen: list[BaseException] = []
@@ -164,7 +190,8 @@ def test_the_parent_reads_notes_and_ignores_garbage(tmp_path: Path) -> None:
     overrun.absorb(child, b'..host:1:ab\n.+["j1", "q", 10.5]\n..+["j2", "q", 11]\n')
     assert child.deadlines == {"j1": ("q", 10.5), "j2": ("q", 11.0)}
     overrun.absorb(child, b'-["j1"]\n+[1, "q", 3]\n+["j3", "q", "soon"]\n+["j4", "q", NaN]\n'
-                          b'+{"a": 1}\n-[]\n+not json\n+["j5"]\n' + b"+" + b"x" * 5000 + b"\n")
+                          b'+{"a": 1}\n-[]\n+not json\n+["j5"]\n' + b"+" + b"x" * 5000 + b"\n"
+                          b'+["j6", "q", true]\n+["j7", "q", 1' + b"0" * 400 + b"]\n")
     assert child.deadlines == {"j2": ("q", 11.0)}
     assert overrun.overran([child], 11 + overrun.GRACE - 0.1) == []
     assert overrun.overran([child], 11 + overrun.GRACE) == [child]
@@ -185,13 +212,13 @@ def test_a_lost_end_note_kills_no_healthy_child_and_a_settle_runs_once(
     try:
         assert overrun.overran([child], 100.0) == [child]
     finally:
-        close_pool(config)
+        close_runtime(config)
     assert child.overran == {"held1": "q"} and "ended1" not in child.deadlines
     try:
-        overrun.settle_overran(config, "host:1:abc", child.overran)
-        overrun.settle_overran(config, "host:1:abc", child.overran)
+        overrun.settle_overran(runtime_for(config), "host:1:abc", child.overran)
+        overrun.settle_overran(runtime_for(config), "host:1:abc", child.overran)
     finally:
-        close_pool(config)
+        close_runtime(config)
     assert r.llen("wurk:wip:host:1:abc:q") == 0
     [entry] = [json.loads(m) for m in r.zrange("retry", 0, -1)]
     assert (entry["jid"], entry["error_class"], entry["retry_count"]) == ("held1", "JobTimeout", 0)

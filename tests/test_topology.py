@@ -299,6 +299,24 @@ def test_cli_unreadable_file_exits_78(tmp_path: Path) -> None:
     assert "cannot read" in proc.stderr
 
 
+@pytest.mark.parametrize("kind", ["fifo", "device", "huge"])
+def test_cli_reads_only_a_regular_file_of_bounded_size(tmp_path: Path, kind: str) -> None:
+    # A FIFO hung the read; /dev/zero ate 5 GB in 6 s. Each is one line and exit 78 now.
+    path = tmp_path / "topology.toml"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "device":
+        path = Path("/dev/zero")
+    else:
+        path.write_text("# padding\n" * 200_000)
+    proc = subprocess.run([sys.executable, "-m", "supervisor.cli", "-t", str(path)],
+                          capture_output=True, text=True, timeout=30, check=False)
+    assert proc.returncode == 78, proc.stderr
+    [line] = proc.stderr.strip().splitlines()
+    assert str(path) in line and "cannot read the topology file" in line
+    assert {"fifo": "a FIFO", "device": "a character device", "huge": "allowed"}[kind] in line
+
+
 # -- ranges: every number the parent reads is bounded ------------------------------
 
 def one_line_error(document: dict[str, Any], *parts: str) -> str:

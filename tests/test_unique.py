@@ -1,4 +1,4 @@
-"""Unique jobs (wurk.push.unique, wurk.runtime.unique, wurk.wire.unique) against a
+"""Unique jobs (wurk.unique.push, wurk.unique.step, wurk.unique.keys) against a
 real redis-server: options, keys, duplicates, bulk, scheduled, garbage locks."""
 
 from __future__ import annotations
@@ -8,19 +8,20 @@ import json
 import math
 import shutil
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 import redis
+from tuning import tuned
 
 import wurk
 from wurk.push.client import Client
-from wurk.push.unique import UniqueKeyError
 from wurk.redis.policy import ConnectError
 from wurk.settings.config import Config
-from wurk.wire import unique
-from wurk.wire.unique import canonical, lock_key
+from wurk.unique import keys as unique
+from wurk.unique.keys import canonical, lock_key
+from wurk.unique.push import UniqueKeyError
 
 Define = Callable[..., Any]
 
@@ -216,7 +217,7 @@ def test_a_scheduled_jobs_lock_counts_from_its_run_time(
 def test_the_classic_poller_promotes_a_scheduled_unique_job_it_holds_the_lock_of(
         config: Config, r: redis.Redis, define: Define) -> None:
     from wurk.runtime.scheduled import Poller
-    config.reliable_scheduler = False
+    config = tuned(config, reliable_scheduler=False)
     job = define(lambda a: None, unique_for=20)
     jid = job.perform_in(5, "x")
     import time
@@ -247,7 +248,9 @@ def test_a_raw_push_with_a_huge_unique_for_or_a_far_off_time_still_locks(
     client = Client(config)
     assert client.push({"class": "Huge", "args": [1], "unique_for": 1e300}) is not None
     assert client.push({"class": "Huge", "args": [1], "unique_for": 1e300}) is None
-    assert client.push({"class": "Huge", "args": [2], "unique_for": 5, "at": 1e15}) is not None
+    # The farthest time a push takes (about the year 5138): the lock's TTL still fits Redis.
+    assert client.push({"class": "Huge", "args": [2], "unique_for": 5, "at": 9.9e10}) is not None
+    assert 0 < r.pttl(lock_key("Huge", "default", [2])) <= 10**15
     assert 0 < r.pttl(lock_key("Huge", "default", [1])) <= 10**15
 
 
@@ -270,10 +273,11 @@ def test_a_push_whose_write_fails_gives_its_lock_back(
     job = define(lambda a: None, unique_for=30)
     client = Client(config, buffered=False)
 
-    def refused(*args: Any, **kwargs: Any) -> None:
+    def refused(*args: Any, **kwargs: Any) -> Iterator[Any]:
         raise ConnectError("cannot connect: nothing was sent")
+        yield  # the writer's write is a flow
 
-    monkeypatch.setattr(client, "_write_mixed", refused)
+    monkeypatch.setattr(client.writer, "write", refused)
     enqueuer = job.set(client=client)
     with pytest.raises(redis.ConnectionError):
         enqueuer.perform_async(1)
@@ -289,10 +293,11 @@ def test_a_push_whose_write_may_have_landed_keeps_its_lock(
     job = define(lambda a: None, unique_for=30)
     client = Client(config, buffered=False)
 
-    def lost(*args: Any, **kwargs: Any) -> None:
+    def lost(*args: Any, **kwargs: Any) -> Iterator[Any]:
         raise redis.ConnectionError("the connection broke after sending")
+        yield  # the writer's write is a flow
 
-    monkeypatch.setattr(client, "_write_mixed", lost)
+    monkeypatch.setattr(client.writer, "write", lost)
     enqueuer = job.set(client=client)
     with pytest.raises(redis.ConnectionError):
         enqueuer.perform_async(1)
@@ -352,4 +357,5 @@ def test_a_bulk_batch_takes_all_its_locks_in_one_round_trip(
     assert len(job.perform_bulk([[i] for i in range(300)] + [[0]])) == 300
     stats = r.info("commandstats")
     assert stats["cmdstat_evalsha"]["calls"] == 1
-    assert stats["cmdstat_set"]["calls"] == 301  # inside the script: one per job
+    # Inside the script one per job, and the write's connection mark.
+    assert stats["cmdstat_set"]["calls"] == 302

@@ -12,7 +12,7 @@ from admin_cli import Cli
 from wurk.api import UniqueLocks
 from wurk.push.client import Client
 from wurk.settings.config import Config
-from wurk.wire.unique import lock_key
+from wurk.unique.keys import lock_key
 
 keep_logging = admin_cli.keep_logging
 cli = admin_cli.cli

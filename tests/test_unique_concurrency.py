@@ -20,7 +20,7 @@ import wurk
 from wurk.push.client import Client
 from wurk.runtime.launcher import Launcher
 from wurk.settings.config import Config
-from wurk.wire.unique import lock_key
+from wurk.unique.keys import lock_key
 
 Define = Callable[..., Any]
 Launch = Callable[..., Launcher]

@@ -17,13 +17,14 @@ import swarms
 from cli_workers import Worker
 from conftest import RedisServer
 from swarms import slot
-from waiting import wait_for
+from waiting import EVENTUALLY, wait_for
 
 from wurk.push.client import Client
+from wurk.redis.runtime import runtime_for
 from wurk.runtime.reaper import recover
 from wurk.settings.config import Config
+from wurk.unique.keys import lock_key
 from wurk.wire import keys
-from wurk.wire.unique import lock_key
 
 REPO = Path(__file__).resolve().parent.parent
 launch = swarms.launch
@@ -81,7 +82,7 @@ def kill_mid_job(r: redis.Redis, worker: Worker, started: int) -> str:
     assert worker.alive(), worker.stderr()
     (identity,) = [str(m) for m in r.smembers(keys.WIP_OWNERS)]
     worker.proc.send_signal(signal.SIGKILL)
-    assert worker.proc.wait(5) == -signal.SIGKILL
+    assert worker.proc.wait(EVENTUALLY) == -signal.SIGKILL
     return identity
 
 
@@ -96,7 +97,7 @@ def test_recovery_keeps_the_lock_and_the_recovered_job_releases_it(
     assert r.get(key) == jid and r.pttl(key) > 50_000
     assert push(client, "a", unique_for=60) is None  # the killed job still holds it
 
-    recover(config, identity)  # what the reaper or the swarm parent does
+    recover(runtime_for(config), identity)  # what the reaper or the swarm parent does
     assert r.get(key) == jid  # given back to its queue, still holding its lock
     assert push(client, "a", unique_for=60) is None
     r.delete("u:hang")
@@ -122,7 +123,7 @@ def test_without_recovery_the_lock_expires_after_unique_for(
     assert push(client, "b", unique_for=4) is not None  # free again
     r.set(key, "a-later-duplicates-jid", ex=30)  # that push's lock, its job elsewhere
     # The killed job comes back late: it runs, and leaves the new holder's lock alone.
-    recover(config, identity)
+    recover(runtime_for(config), identity)
     r.delete("u:hang")
     second = spawn()
     wait_for(lambda: r.llen("u:ran") == 2 or not second.alive(), timeout=15)

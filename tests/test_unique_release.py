@@ -1,4 +1,4 @@
-"""Unique jobs, worker side (wurk.runtime.unique): when each ``unique_until``
+"""Unique jobs, worker side (wurk.unique.step): when each ``unique_until``
 mode gives the lock back, with in-process workers on a real redis-server."""
 
 from __future__ import annotations
@@ -10,11 +10,14 @@ from typing import Any
 
 import pytest
 import redis
+from structlog.testing import capture_logs
+from tuning import tuned
 from waiting import wait_for
 
+import wurk
 from wurk.runtime.launcher import Launcher
 from wurk.settings.config import Config
-from wurk.wire.unique import lock_key
+from wurk.unique.keys import lock_key
 
 Define = Callable[..., Any]
 Launch = Callable[..., Launcher]
@@ -69,7 +72,8 @@ def test_start_releases_as_the_job_starts(
     body = Held()
     job = define(body, unique_for=30, unique_until="start")
     assert job.perform_async(1) is not None
-    config.concurrency = 1  # the duplicate waits in its queue, its lock held, while the first runs
+    # the duplicate waits in its queue, its lock held, while the first runs
+    config = tuned(config, concurrency=1)
     launch()
     body.wait_started()
     assert not r.exists(key_of(job, 1))
@@ -133,7 +137,8 @@ def test_a_job_that_dies_releases_its_lock(
     body.wait_started()
     wait_for(lambda: not r.exists(key_of(job, 1)))
     if where:
-        assert r.zcard(where) == 1
+        # The release is written with the settlement, just before the dead entry.
+        wait_for(lambda: r.zcard(where) == 1, what=f"the job in {where}")
 
 
 def test_expiry_keeps_the_lock_even_when_the_job_dies(
@@ -205,3 +210,57 @@ def test_a_dead_unique_job_retried_from_the_api_takes_its_lock_again(
     assert r.get(lock_key("Feed", "default", [1])) == "a" * 24
     assert [json.loads(raw)["jid"] for raw in r.lrange("queue:default", 0, -1)] == ["a" * 24]
     assert r.zcard("dead") == 0  # the refused one is gone, as with Sidekiq's API
+
+
+def test_a_release_redis_refused_lands_once_it_answers_again(
+        redis_server: Any, r: redis.Redis, proxy: Any, define: Define,
+        launch_with: Launch) -> None:
+    # A host cut off while its unique job finishes: the lock must still go
+    # once the network heals, not hold the finished job's jid for an hour.
+    config = Config(redis_url=proxy.url, heartbeat_interval=0.2, poll_interval_average=0.1,
+                    fetch_timeout=0.2, shutdown_timeout=2.0, concurrency=1,
+                    redis_retry_base=0.05, redis_retry_cap=0.2, log_level="warning")
+    body = Held()
+    job = define(body, unique_for=3600)
+    assert job.set(client=wurk.Client(Config(redis_url=redis_server.url))).perform_async(
+        "a") is not None
+    key = key_of(job, "a")
+    launch_with(config)
+    body.wait_started()
+    proxy.refuse(10**9)  # every new dial is reset (the listener stays: no port to lose)
+    proxy.half_close()  # and every open socket of the worker's sees the cut
+    with capture_logs() as logs:
+        body.go.set()
+        wait_for(lambda: any(e["event"] == "unique.release_failed" for e in logs), timeout=20,
+                 what="the release refused while cut off")
+    assert r.exists(key)
+    proxy.heal()
+    wait_for(lambda: not r.exists(key), timeout=30, what="the lock released after the heal")
+    assert body.runs == 1
+
+
+def test_a_job_deleted_or_killed_by_a_person_gives_its_lock_back(config: Config,
+                                                                r: redis.Redis) -> None:
+    from wurk.api import DeadSet, Queue, RetrySet, ScheduledSet
+
+    @wurk.job(name="OnceOnly", unique_for=3600)
+    def once_only(n: int) -> None:
+        pass
+
+    queued = once_only.perform_async(1)
+    later = once_only.perform_in(600, 2)
+    assert queued and later
+    key_queued, key_later = key_of(once_only, 1), key_of(once_only, 2)
+    assert r.get(key_queued) == queued and r.exists(key_later)
+    record = Queue("default", config=config).find_job(queued)
+    assert record is not None and record.delete()
+    assert not r.exists(key_queued)
+    assert once_only.perform_async(1) is not None  # a duplicate may go now
+    entry = ScheduledSet(config=config).find_job(later)
+    assert entry is not None and entry.kill()
+    assert not r.exists(key_later) and DeadSet(config=config).size == 1
+    # A lock that another push took since is not ours to drop.
+    r.set(key_later, "someone-else", ex=60)
+    [dead] = list(DeadSet(config=config))
+    assert dead.delete() and r.get(key_later) == "someone-else"
+    assert RetrySet(config=config).size == 0

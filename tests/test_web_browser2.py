@@ -99,7 +99,9 @@ def test_metrics_table_detail_histogram_and_chart(page: Any, stack: Stack) -> No
     assert "Executions" in page.locator("#class-totals").inner_text()
     cells = page.locator("table.histogram tbody td").all_inner_texts()
     assert len(cells) == 26 and sum(int(c.replace(",", "")) for c in cells) > 0
-    assert canvas_painted(page, "#histogram") and canvas_painted(page, "#executions")
+    # The graphs are drawn by a deferred script: wait for the pixels, do not sample once.
+    wait_until(lambda: canvas_painted(page, "#histogram") and canvas_painted(page, "#executions"),
+               timeout=30)
     assert page.evaluate("window.__pwned") is None
 
 

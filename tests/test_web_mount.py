@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import re
 import subprocess
 import sys
@@ -25,7 +26,7 @@ WURK = str(Path(sys.executable).with_name("wurk"))
 
 def test_starlette_host_serves_it_under_its_prefix(config: Config, r: redis.Redis) -> None:
     seed(config)
-    with TestClient(starlette_host.make_app(config)) as client:
+    with TestClient(starlette_host.make_app(config), base_url="http://www.example.com") as client:
         assert client.get("/").text == "my app"
         page = client.get("/admin/wurk/queues")
         assert page.status_code == 200
@@ -37,6 +38,15 @@ def test_starlette_host_serves_it_under_its_prefix(config: Config, r: redis.Redi
         done = client.post("/admin/wurk/queues/default/pause", data={"csrf": csrf})
         assert done.url.path == "/admin/wurk/queues"
     assert r.sismember("paused", "default")
+
+
+def test_starlette_host_checks_the_host_of_the_mounted_dashboard(config: Config,
+                                                                 r: redis.Redis) -> None:
+    seed(config)
+    # Starlette's TrustedHostMiddleware around the host app covers the mount.
+    with TestClient(starlette_host.make_app(config), base_url="http://evil.example") as client:
+        page = client.get("/admin/wurk/queues/default")
+        assert page.status_code == 400 and "photo" not in page.text
 
 
 class _Quiet(WSGIRequestHandler):
@@ -72,6 +82,14 @@ def test_flask_host_serves_it_through_wsgi(config: Config, flask_server: str,
     with urllib.request.urlopen(request) as reply:
         assert reply.status == 200 and "/admin/wurk/queues?" in reply.url
     assert r.sismember("paused", "critical")
+    port = int(flask_server.rsplit(":", 1)[1])
+    for host, status in (("evil.example", 400), ("www.example.com", 200)):
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=20)
+        connection.request("GET", "/admin/wurk/dead", headers={"Host": host})
+        reply = connection.getresponse()
+        assert reply.status == status, host
+        assert ("ChargeCard" in reply.read().decode()) == (status == 200)
+        connection.close()
 
 
 def test_wurk_web_serves_on_a_free_port_and_stops_on_term(redis_server: object,
@@ -94,7 +112,8 @@ def test_wurk_web_serves_on_a_free_port_and_stops_on_term(redis_server: object,
 def test_wurk_web_refuses_a_bad_port() -> None:
     done = subprocess.run([WURK, "web", "--port", "70000"], capture_output=True, text=True,
                           timeout=30, check=False)
-    assert done.returncode == 1 and "between 0 and 65535" in done.stderr
+    # A usage error, refused where the option is parsed (status 2, argparse's).
+    assert done.returncode == 2 and "from 0 to 65535" in done.stderr
 
 
 def test_import_wurk_and_wurk_help_never_load_the_dashboard() -> None:
@@ -109,9 +128,16 @@ def test_import_wurk_and_wurk_help_never_load_the_dashboard() -> None:
 def test_a_prefix_dispatcher_in_front_of_any_asgi_app(config: Config, r: redis.Redis) -> None:
     seed(config)
     # No `with`: Django's handler, like the stand-in, speaks no lifespan protocol.
-    client = TestClient(asgi_dispatch.make_app(config))
+    client = TestClient(asgi_dispatch.make_app(config), base_url="http://www.example.com")
     assert client.get("/").text == "host app"
     assert client.get("/admin/wurkish").text == "host app"
     page = client.get("/admin/wurk/retries")
     assert page.status_code == 200 and "SyncAccount" in page.text
     assert 'href="/admin/wurk/dead"' in page.text
+    # The dispatcher sends the dashboard's requests past Django's ALLOWED_HOSTS:
+    # the dashboard checks the list it was given itself.
+    evil = TestClient(asgi_dispatch.make_app(config), base_url="http://evil.example")
+    assert evil.get("/").text == "host app"
+    refused = evil.get("/admin/wurk/retries")
+    assert refused.status_code == 400 and "evil.example" in refused.text
+    assert "SyncAccount" not in refused.text

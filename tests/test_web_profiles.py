@@ -12,6 +12,7 @@ from starlette.testclient import TestClient
 
 import wurk.web
 from wurk.observe import profiler
+from wurk.redis.runtime import runtime_for
 from wurk.settings.config import Config
 
 
@@ -26,7 +27,7 @@ def web(config: Config) -> Iterator[TestClient]:
 
 
 def test_list_show_sort_and_download_a_profile(config: Config, web: TestClient) -> None:
-    profiler.profiled(config, {"class": "Report", "jid": "j1", "profile": "<alice>"},
+    profiler.profiled(runtime_for(config), {"class": "Report", "jid": "j1", "profile": "<alice>"},
                       lambda: web_profiled_marker(20_000))
     listing = web.get("/profiles").text
     assert "&lt;alice&gt;" in listing and "<alice>" not in listing and "cprofile" in listing
@@ -55,7 +56,7 @@ def test_a_ruby_profile_is_offered_for_download(web: TestClient, r: redis.Redis)
 
 def test_crafted_profile_data_is_refused_not_unmarshalled(
         config: Config, web: TestClient, r: redis.Redis) -> None:
-    profiler.profiled(config, {"class": "Evil", "jid": "e1", "profile": "ev"},
+    profiler.profiled(runtime_for(config), {"class": "Evil", "jid": "e1", "profile": "ev"},
                       lambda: web_profiled_marker(100))
     r.hset("ev-e1", "data", gzip.compress(b"\xff\x00not marshal at all"))
     page = web.get("/profiles/ev-e1")

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 import redis
-from waiting import wait_for
+from tuning import tuned
+from waiting import EVENTUALLY, wait_for
 
 from wurk.push.job import JobFunction
 from wurk.runtime.launcher import Launcher
@@ -74,7 +75,7 @@ def test_jobs_flow_and_every_execution_is_counted(r: redis.Redis, define: Define
 
 def test_failing_job_retries_then_dies(r: redis.Redis, config: Config, define: Define,
                                        launch: Launch) -> None:
-    config.queues = ["fails"]
+    config = tuned(config, queues=["fails"])
     runs: list[float] = []
 
     def always_fails(x: int) -> None:
@@ -84,7 +85,7 @@ def test_failing_job_retries_then_dies(r: redis.Redis, config: Config, define: D
     job = define(always_fails, retry=1, queue="fails")
     jid = job.perform_async(7)
     launcher = launch()
-    entry_raw = wait_for(lambda: r.zrange("retry", 0, -1, withscores=True), timeout=3)
+    entry_raw = wait_for(lambda: r.zrange("retry", 0, -1, withscores=True))
     assert len(runs) == 1
     (member, at), = entry_raw
     entry = json.loads(member)
@@ -100,7 +101,7 @@ def test_failing_job_retries_then_dies(r: redis.Redis, config: Config, define: D
     assert entry["failed_at"] + 15 <= at <= entry["failed_at"] + 25
     # Fast-forward the clock for the poller instead of waiting 15 s.
     launcher.poller.enqueue_due(now=time.time() + 3600)
-    dead = wait_for(lambda: r.zrange("dead", 0, -1), timeout=3)
+    dead = wait_for(lambda: r.zrange("dead", 0, -1))
     final = json.loads(dead[0])
     assert final["jid"] == jid
     assert final["retry_count"] == 1
@@ -115,8 +116,7 @@ def test_failing_job_retries_then_dies(r: redis.Redis, config: Config, define: D
 
 @pytest.fixture
 def one_thread(config: Config) -> Config:
-    config.concurrency = 1
-    return config
+    return tuned(config, concurrency=1)
 
 
 @pytest.mark.parametrize("raw", ["not json at all", '{"args": []}', "[1, 2]",
@@ -128,7 +128,7 @@ def test_malformed_payload_goes_to_dead_raw(r: redis.Redis, one_thread: Config,
     r.lpush("queue:default", raw)
     good.perform_async()  # behind the bad one
     launcher = launch()
-    assert done.wait(3), "the good job after a malformed one never ran"
+    assert done.wait(EVENTUALLY), "the good job after a malformed one never ran"
     assert r.zrange("dead", 0, -1) == [raw]
     assert r.zcard("retry") == 0
     launcher.stop()
@@ -152,7 +152,7 @@ def test_unregistered_class_is_never_imported_or_called(r: redis.Redis, config: 
     r.lpush("queue:default", json.dumps({"class": name, "args": args, "jid": jid,
                                          "queue": "default", "retry": True}))
     launch()
-    member = wait_for(lambda: r.zrange("retry", 0, -1), timeout=3)[0]
+    member = wait_for(lambda: r.zrange("retry", 0, -1))[0]
     entry = json.loads(member)
     assert entry["jid"] == jid
     assert entry["error_class"] == "UnknownJobError"
@@ -167,7 +167,7 @@ def test_unregistered_class_is_never_imported_or_called(r: redis.Redis, config: 
 
 def test_strict_queue_order(r: redis.Redis, one_thread: Config, define: Define,
                             launch: Launch) -> None:
-    one_thread.queues = ["q1", "q2"]
+    tuned(one_thread, queues=["q1", "q2"])  # installed: launch() runs on it
     order: list[str] = []
     job = define(order.append)
     for i in range(3):
@@ -181,7 +181,7 @@ def test_strict_queue_order(r: redis.Redis, one_thread: Config, define: Define,
 
 def test_paused_queue_is_skipped_until_unpaused(r: redis.Redis, config: Config,
                                                 define: Define, launch: Launch) -> None:
-    config.queues = ["held", "free"]
+    config = tuned(config, queues=["held", "free"])
     ran: list[str] = []
     job = define(ran.append)
     r.sadd("paused", "held")
@@ -193,7 +193,7 @@ def test_paused_queue_is_skipped_until_unpaused(r: redis.Redis, config: Config,
     assert ran == ["free"]
     assert r.llen("queue:held") == 1
     r.srem("paused", "held")
-    wait_for(lambda: "held" in ran, timeout=3)
+    wait_for(lambda: "held" in ran)
     assert r.llen("queue:held") == 0
 
 
@@ -224,16 +224,15 @@ def test_server_middleware_wraps_jobs_in_order(r: redis.Redis, config: Config,
         return result
 
     config.server_middleware.extend([outer, inner])
-    config.concurrency = 1
+    config = tuned(config, concurrency=1)
     job = define(lambda arg: record(f"job:{arg}"))
     job.perform_async("run")
     job.perform_async("skip")
     launcher = launch()
     wait_for(lambda: len(events) == 6)
-    time.sleep(0.1)
+    launcher.stop()  # both jobs are over: nothing more can be recorded
     assert events == ["outer-in:default:run", "inner-in", "job:run", "inner-out", "outer-out",
                       "outer-in:default:skip"]
-    launcher.stop()
     # A skipped job counts as done, not failed.
     assert stat(r, "processed") == 2
     assert stat(r, "failed") == 0
@@ -267,7 +266,7 @@ def test_error_handlers_get_the_exception_and_context(r: redis.Redis, config: Co
         raise Boom("for the handlers")
 
     job = define(fails, retry=0, queue="errs")
-    config.queues = ["errs"]
+    config = tuned(config, queues=["errs"])
     jid = job.perform_async()
     launch()
     wait_for(lambda: seen)
@@ -289,7 +288,7 @@ def test_error_handlers_get_the_exception_and_context(r: redis.Redis, config: Co
 def test_stop_requeues_a_running_job_byte_for_byte(r: redis.Redis, one_thread: Config,
                                                    define: Define, launch: Launch,
                                                    late_outcome: str) -> None:
-    one_thread.shutdown_timeout = 0.5
+    tuned(one_thread, shutdown_timeout=0.5)  # installed: launch() runs on it
     started = threading.Event()
     release = threading.Event()
     finished = threading.Event()
@@ -297,7 +296,7 @@ def test_stop_requeues_a_running_job_byte_for_byte(r: redis.Redis, one_thread: C
     def long_job(tag: str) -> None:
         started.set()
         try:
-            release.wait(3)
+            release.wait(30)  # far past the deadline, unless the test lets it go
             if late_outcome == "failure":
                 raise Boom("late failure")
         finally:
@@ -310,7 +309,7 @@ def test_stop_requeues_a_running_job_byte_for_byte(r: redis.Redis, one_thread: C
     r.lpush("queue:default", raw)
     launcher = launch()
     try:
-        assert started.wait(3)
+        assert started.wait(EVENTUALLY)
         newer = json.dumps({"class": job.name, "args": ["newer"], "jid": new_jid(),
                             "queue": "default", "retry": True})
         r.lpush("queue:default", newer)
@@ -318,13 +317,15 @@ def test_stop_requeues_a_running_job_byte_for_byte(r: redis.Redis, one_thread: C
         requeued = launcher.stop()
         elapsed = time.monotonic() - t0
         assert requeued == 1
-        assert 0.4 <= elapsed < 1.5
+        # The job had its 0.5 s deadline; stop did not wait for its 30 s (five s
+        # is ten times the deadline, room for a loaded machine).
+        assert 0.4 <= elapsed < 5.0
         assert r.lrange("queue:default", 0, -1) == [newer, raw]
         assert launcher.identity not in r.smembers("processes")
         assert not r.exists(f"{launcher.identity}:work", f"{launcher.identity}:workers")
     finally:
         release.set()
-    assert finished.wait(3)
+    assert finished.wait(EVENTUALLY)
     wait_for(lambda: processor_threads_done(launcher))
     # The late outcome is dropped: no ack, no count, no retry entry.
     assert launcher.manager.counters.take() == (0, 0)
@@ -337,7 +338,7 @@ def test_stop_requeues_a_running_job_byte_for_byte(r: redis.Redis, one_thread: C
 
 def test_stop_lets_a_short_job_finish(r: redis.Redis, config: Config, define: Define,
                                       launch: Launch) -> None:
-    config.shutdown_timeout = 2.0
+    config = tuned(config, shutdown_timeout=20.0)
     started = threading.Event()
     finished = threading.Event()
 
@@ -348,10 +349,11 @@ def test_stop_lets_a_short_job_finish(r: redis.Redis, config: Config, define: De
 
     define(short_job).perform_async()
     launcher = launch()
-    assert started.wait(3)
+    assert started.wait(EVENTUALLY)
     t0 = time.monotonic()
     assert launcher.stop() == 0
-    assert time.monotonic() - t0 < 1.5
+    # The job's 0.3 s, with room for a loaded machine, not the 20 s deadline.
+    assert time.monotonic() - t0 < 5.0
     assert finished.is_set()
     assert r.llen("queue:default") == 0
     assert stat(r, "processed") == 1
@@ -365,9 +367,7 @@ def test_stop_waits_for_fetches_still_blocked_in_brpop(r: redis.Redis, config: C
     # and push it back, waking the next one: a ping-pong through every idle
     # thread. stop() must not return (and let the process exit) while such a
     # fetch is outstanding, or the job is lost with the process.
-    config.concurrency = 10
-    config.fetch_timeout = 1.0
-    config.shutdown_timeout = 0.2
+    config = tuned(config, concurrency=10, fetch_timeout=1.0, shutdown_timeout=0.2)
     started = threading.Event()
     release = threading.Event()
     runner: list[threading.Thread] = []
@@ -381,11 +381,15 @@ def test_stop_waits_for_fetches_still_blocked_in_brpop(r: redis.Redis, config: C
     raw = r.lindex("queue:default", -1)
     launcher = launch()
     try:
-        assert started.wait(3)
-        time.sleep(0.1)  # every idle thread is back in its BRPOP
+        assert started.wait(EVENTUALLY)
+        # The fetch for the idle threads waits in Redis again (the fetch timeout
+        # is longer than the deadline: it is still blocked when the job goes back).
+        wait_for(lambda: r.info("clients")["blocked_clients"] >= 1, 10,
+                 what="the idle threads' fetch blocked in Redis")
         t0 = time.monotonic()
         assert launcher.stop() == 1
-        assert time.monotonic() - t0 < 2.0
+        # The 0.2 s deadline and one 1 s fetch, with room for a loaded machine.
+        assert time.monotonic() - t0 < 10.0
         idle = [t for t in launcher.manager._threads if t is not runner[0]]
         assert len(idle) == 9
         assert not any(t.is_alive() for t in idle)

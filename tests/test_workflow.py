@@ -15,18 +15,18 @@ from admin_cli import Cli
 from waiting import wait_for
 
 import wurk
-from wurk.push import workflow as workflow_module
 from wurk.push.job import JobFunction
-from wurk.push.workflow import advance
 from wurk.settings.config import Config
-from wurk.wire import workflow as wire
+from wurk.workflows import client as workflow_module
+from wurk.workflows import keys as wire
+from wurk.workflows.client import advance
 
 Define = Callable[..., JobFunction[..., Any]]
 cli = admin_cli.cli
 keep_logging = admin_cli.keep_logging
 
 
-def finished(wid: str) -> wurk.push.workflow_status.WorkflowStatus:  # type: ignore[name-defined]
+def finished(wid: str) -> wurk.workflows.status.WorkflowStatus:  # type: ignore[name-defined]
     wait_for(lambda: wurk.Workflow.status(wid).finished, what=f"workflow {wid} finished")
     return wurk.Workflow.status(wid)
 

@@ -18,10 +18,10 @@ from waiting import wait_for
 
 import wurk
 from tests.faultproxy import FaultProxy
-from wurk.push import workflow as workflow_module
 from wurk.push.job import JobFunction
-from wurk.push.workflow import advance
 from wurk.settings.config import Config
+from wurk.workflows import client as workflow_module
+from wurk.workflows.client import advance
 
 Define = Callable[..., JobFunction[..., Any]]
 

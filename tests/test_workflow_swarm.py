@@ -22,9 +22,9 @@ from waiting import wait_for
 
 import wurk
 from wurk.push.client import Client
-from wurk.redis.pools import close_pool
+from wurk.redis.runtime import close_runtime
 from wurk.settings.config import Config
-from wurk.wire import workflow as wire
+from wurk.workflows import keys as wire
 
 launch = swarms.launch
 SHARDS = 200
@@ -85,7 +85,7 @@ def client(redis_server: RedisServer, tmp_path: Path,
     importlib.import_module("wf_jobs")
     config = Config(redis_url=redis_server.url, log_level="warning")
     yield Client(config, drain_spool=False)
-    close_pool(config)
+    close_runtime(config)
 
 
 def test_a_workflow_ends_once_through_sigkills_and_a_redis_restart(

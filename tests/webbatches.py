@@ -18,7 +18,7 @@ from waiting import wait_for
 
 import wurk
 from wurk.api import BatchStatus
-from wurk.redis.pools import pool_for
+from wurk.redis.runtime import runtime_for
 from wurk.runtime.launcher import Launcher
 from wurk.settings.config import Config
 
@@ -64,7 +64,8 @@ def seed_batches(config: Config) -> dict[str, Any]:
     left = wurk.Batch("left open by a crashed builder")
     # Its job waits in a queue nobody works, so the batch stays open.
     left.push({"class": "FetchFeed", "queue": "parked", "args": ["http://example.com/never"]})
-    pool_for(config).call("HSET", f"b-{left.bid}", "updated_at", str(time.time() - 2 * 86400))
+    runtime_for(config).pool.call("HSET", f"b-{left.bid}", "updated_at",
+                                  str(time.time() - 2 * 86400))
     flow = (wurk.step(fetch_feed, "http://example.com/feed")
             >> wurk.group(parse_feed, [[1], [2], [3]], name="parse")
             >> wurk.step(feed_report, 7, name="report"))

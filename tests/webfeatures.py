@@ -22,7 +22,7 @@ import wurk
 import wurk.limiter
 from wurk.push import spool
 from wurk.push.periodic import make_entry
-from wurk.redis.pools import pool_for
+from wurk.redis.runtime import runtime_for
 from wurk.runtime.periodic_guard import register
 from wurk.settings.config import Config
 
@@ -38,7 +38,7 @@ def ruby7_metrics(config: Config, cls: str, at: datetime, *, p: int, f: int, ms:
     gram: list[Any] = [hist, "OVERFLOW", "SAT"]
     for index, count in buckets.items():
         gram += ["INCRBY", "u16", f"#{index}", count]
-    pool_for(config).pipeline([
+    runtime_for(config).pool.pipeline([
         ("HINCRBY", minute, f"{cls}|ms", ms), ("HINCRBY", minute, f"{cls}|p", p),
         ("HINCRBY", minute, f"{cls}|f", f), ("EXPIRE", minute, 8 * 3600),
         ("BITFIELD", *gram), ("EXPIRE", hist, 8 * 3600)])
@@ -60,7 +60,7 @@ def seed_metrics(config: Config, minutes: int = 120) -> None:
 
 
 def seed_features(config: Config) -> dict[str, Any]:
-    pool = pool_for(config)
+    pool = runtime_for(config).pool
     now = time.time()
     register(pool, [make_entry("*/15 * * * *", "NightlyReport", name="nightly-report",
                                tz="Europe/Paris", args=[1, "full"]),

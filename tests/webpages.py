@@ -17,7 +17,7 @@ from typing import Any
 
 import wurk
 from wurk.api import DeadSet
-from wurk.redis.pools import pool_for
+from wurk.redis.runtime import runtime_for
 from wurk.runtime.retry import encode_backtrace
 from wurk.settings.config import Config
 
@@ -54,7 +54,7 @@ def seed(config: Config) -> dict[str, Any]:
     client.push({"class": "Report", "queue": "critical", "args": ["weekly"]})
     jids["scheduled"] = client.push({"class": "Reminder", "queue": "default",
                                      "args": ["tomorrow"], "at": time.time() + 86400})
-    pool = pool_for(config)
+    pool = runtime_for(config).pool
     retry_items = [failed("SyncAccount", [n, "acct"], "default", f"timeout #{n}", n % 5)
                    for n in range(12)]
     retry_items.append(failed("Greeter", XSS, "default", '<b onmouseover="x()">boom</b>', 1))
@@ -89,7 +89,7 @@ def ruby_process(config: Config, identity: str = RUBY_IDENTITY) -> None:
     work = {"queue": "critical", "run_at": int(now - 42),
             "payload": json.dumps({"class": "ChargeCard", "args": [99, XSS[1]],
                                    "jid": "ruby0000jid", "queue": "critical"})}
-    pool_for(config).pipeline([
+    runtime_for(config).pool.pipeline([
         ("SADD", "processes", identity),
         ("HSET", identity, "info", json.dumps(info), "busy", 1, "beat", now, "quiet", "false",
          "rss", 204800),

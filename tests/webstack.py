@@ -25,7 +25,7 @@ from conftest import RedisServer, start_redis
 from webpages import seed
 
 import wurk
-from wurk.redis.pools import close_pool
+from wurk.redis.runtime import close_runtime
 from wurk.settings.config import Config
 
 BIN = Path(sys.executable).parent
@@ -123,7 +123,7 @@ class Stack:
                 proc.wait(5)
             if proc.stdout:
                 proc.stdout.close()
-        close_pool(self.config)
+        close_runtime(self.config)
         if self.redis is not None:
             self.redis.stop()
             shutil.rmtree(self.redis.workdir, ignore_errors=True)

@@ -3,36 +3,37 @@
 Define jobs with ``@wurk.job`` or ``wurk.Job``, enqueue them with
 ``perform_async`` (``await job.aperform_async`` from async code), run them
 with ``wurk run`` or ``wurk-swarm``.
-``wurk.result(jid)`` waits for the result of a job pushed with
-``store_result=True``. ``wurk.leader()`` elects one process of a cluster for work only one may do.
+``wurk.result(jid)`` (``await wurk.aresult(jid)``) waits for the result of a
+job pushed with ``store_result=True``. ``wurk.leader()`` elects one process of
+a cluster for work only one may do.
 """
 
 from typing import TYPE_CHECKING, Any
 
-from wurk import limiter, old_paths
+from wurk import limiter
+from wurk.batches.client import Batch, BatchError
+from wurk.core.cancelling import cancelled
+from wurk.core.job_errors import JobCancelled, JobTimeout
 from wurk.limiter import OverLimit
 from wurk.push.aclient import AsyncClient
-from wurk.push.batch import Batch, BatchError
 from wurk.push.buffered import PushBufferFullError
 from wurk.push.client import Client
 from wurk.push.confirmed import PushNotConfirmedError
 from wurk.push.job import Job, JobFunction, UnknownJobError, job, registry
+from wurk.push.landing import PushOutcomeUnknown
+from wurk.push.nowhere import PushSpooledWarning
 from wurk.push.periodic import PeriodicError, periodic
-from wurk.push.results import JobFailed, ResultTimeout, result
-from wurk.push.time_options import JobTimeout
-from wurk.push.unique import UniqueKeyError
-from wurk.push.workflow import Workflow, WorkflowError
-from wurk.push.workflow_spec import group, step
+from wurk.push.results import JobFailed, ResultTimeout, aresult, result
 from wurk.runtime import forking  # noqa: F401 - registers the after-fork resets
 from wurk.settings.config import Config, ConfigError, configure, default_config
+from wurk.unique.push import UniqueKeyError
 from wurk.version import __version__
 from wurk.wire.payload import ArgumentError
+from wurk.workflows.client import Workflow, WorkflowError
+from wurk.workflows.spec import group, step
 
 if TYPE_CHECKING:
     from wurk.runtime.leader import Leader, leader
-
-# import wurk.config and the other pre-layering paths still work, with a warning.
-old_paths.install()
 
 __all__ = [
     "ArgumentError",
@@ -43,6 +44,7 @@ __all__ = [
     "Config",
     "ConfigError",
     "Job",
+    "JobCancelled",
     "JobFailed",
     "JobFunction",
     "JobTimeout",
@@ -51,12 +53,16 @@ __all__ = [
     "PeriodicError",
     "PushBufferFullError",
     "PushNotConfirmedError",
+    "PushOutcomeUnknown",
+    "PushSpooledWarning",
     "ResultTimeout",
     "UniqueKeyError",
     "UnknownJobError",
     "Workflow",
     "WorkflowError",
     "__version__",
+    "aresult",
+    "cancelled",
     "configure",
     "default_config",
     "group",

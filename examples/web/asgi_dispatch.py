@@ -5,6 +5,10 @@ framework without a ``mount``: requests under ``/admin/wurk`` go to the
 dashboard with ``root_path`` extended, so its links carry the prefix;
 everything else goes to the host app. ``host_app`` below stands in for
 Django here, so the tests can run this file as it is.
+
+Django answers only its ``ALLOWED_HOSTS``, but the dashboard's requests
+never reach Django: the dashboard gets the same list, and refuses (400)
+every other Host itself.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from typing import Any
 import wurk.web
 
 PREFIX = "/admin/wurk"
+ALLOWED_HOSTS = ["www.example.com"]  # under Django: settings.ALLOWED_HOSTS
 
 
 async def host_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -24,7 +29,7 @@ async def host_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
 
 
 def make_app(config: wurk.Config | None = None, fallback: Any = host_app) -> Any:
-    dashboard = wurk.web.app(config)
+    dashboard = wurk.web.app(config, allowed_hosts=ALLOWED_HOSTS)
 
     async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
         path = scope.get("path", "")

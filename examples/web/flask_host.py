@@ -3,7 +3,9 @@
     flask --app examples.web.flask_host run
 
 werkzeug's DispatcherMiddleware sends /admin/wurk/... to the dashboard,
-with SCRIPT_NAME set, so its links carry the prefix.
+with SCRIPT_NAME set, so its links carry the prefix. Those requests never
+reach Flask (nor its TRUSTED_HOSTS): the dashboard checks the Host itself,
+against the names given to it and the loopback names.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from werkzeug.middleware.dispatcher import DispatcherMiddleware
 
 import wurk.web
 
+ALLOWED_HOSTS = ["www.example.com"]
+
 
 def make_app(config: wurk.Config | None = None) -> Flask:
     flask_app = Flask(__name__)
@@ -24,7 +28,7 @@ def make_app(config: wurk.Config | None = None) -> Flask:
         return "my app"
 
     dispatcher: Any = DispatcherMiddleware(flask_app.wsgi_app, {
-        "/admin/wurk": wurk.web.wsgi_app(config),
+        "/admin/wurk": wurk.web.wsgi_app(config, allowed_hosts=ALLOWED_HOSTS),
     })
     flask_app.wsgi_app = dispatcher  # type: ignore[method-assign]
     return flask_app

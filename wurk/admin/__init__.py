@@ -1,7 +1,7 @@
 """The ``wurk`` admin commands: read and steer a cluster from a shell.
 
 ``wurk stats``, ``queues``, ``processes``, ``workers``, ``swarms``;
-``wurk retries|dead|scheduled [list|retry|delete|clear]``; ``wurk pause``,
+``wurk retries|dead|scheduled [list|retry|delete|clear]``; ``wurk cancel JID``; ``wurk pause``,
 ``unpause``, ``quiet``, ``stop``, ``restart``, ``dump``; ``wurk profile
 [list|show|save]``; ``wurk spool [list|push|discard]``; ``wurk limiters
 [list|reset]``. Every command is
@@ -31,7 +31,7 @@ Modules: ``registry`` (commands as data, the context they run with),
 ``profiles`` (job profiles), ``spool`` (pushes spooled at exit),
 ``limiters`` (rate and concurrency limiters), ``unique`` (the locks of
 unique jobs), ``batches`` (batches and their failures), ``workflows``
-(workflows and their steps).
+(workflows and their steps), ``cancel`` (one job by jid).
 
 Adding a command: write ``wurk/admin/<name>.py``
 with a ``COMMANDS`` tuple of :class:`AdminCommand` (name, help, a
@@ -44,6 +44,7 @@ handling and exit statuses come with the registry.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from typing import Any, TextIO
 
@@ -51,6 +52,7 @@ import redis.exceptions as rx
 
 from wurk.admin import (
     batches,
+    cancel,
     control,
     jobsets,
     limiters,
@@ -71,8 +73,9 @@ from wurk.admin.registry import (
 )
 from wurk.api import JobNotFoundError, ProcessControlError, UnknownProcessError, UnknownQueueError
 from wurk.core import logging as wlog
+from wurk.core.arguments import one_line
 from wurk.core.redaction import redact_text, redact_url
-from wurk.redis.pools import close_pool
+from wurk.redis.runtime import close_runtime
 from wurk.settings.config import Config, ConfigError
 
 EX_FAILED = 1
@@ -85,7 +88,7 @@ MAX_ATTEMPTS = 2
 REGISTRY = Registry(*overview.COMMANDS, *jobsets.COMMANDS, *control.COMMANDS,
                     *profiles.COMMANDS, *spool.COMMANDS, *periodic.COMMANDS,
                     *limiters.COMMANDS, *unique.COMMANDS, *batches.COMMANDS,
-                    *workflows.COMMANDS)
+                    *workflows.COMMANDS, *cancel.COMMANDS)
 
 # Failures that name what was missing or refused; their message is the whole story.
 NAMED_FAILURES = (CommandError, UnknownQueueError, UnknownProcessError, JobNotFoundError,
@@ -116,9 +119,10 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None,
     try:
         config = Config.load(option(args, "config"), redis_url=option(args, "redis_url"))
     except ConfigError as exc:
-        print(f"wurk: {exc}", file=err or sys.stderr)
+        print(one_line(f"wurk: {exc}"), file=err or sys.stderr)
         return EX_CONFIG
-    config.redis_retry_attempts = min(config.redis_retry_attempts, MAX_ATTEMPTS)
+    config = dataclasses.replace(
+        config, redis_retry_attempts=min(config.redis_retry_attempts, MAX_ATTEMPTS))
     # Only errors, on stderr: stdout carries the command's output alone.
     wlog.setup("error", config.log_format)
     ctx = Context(config, json=bool(option(args, "json")), out=out, err=err)
@@ -126,12 +130,12 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None,
         return command.run(ctx, args) or 0
     except (UsageError, *NAMED_FAILURES, rx.RedisError) as exc:
         status, message = failure(exc, config)
-        message = redact_text(message)
+        message = one_line(redact_text(message))
         print(f"wurk {command.name}: {message}" if status == EX_USAGE else f"wurk: {message}",
               file=err or sys.stderr)
         return status
     finally:
-        close_pool(config)
+        close_runtime(config)
 
 
 def failure(exc: Exception, config: Config) -> tuple[int, str]:

@@ -17,9 +17,11 @@ import argparse
 from typing import Any
 
 from wurk.admin.output import clip, fields, printable, table, when
-from wurk.admin.registry import AdminCommand, Context, UsageError
-from wurk.api.batches import BatchSet, BatchStatus
-from wurk.wire import batch as wire
+from wurk.admin.registry import AdminCommand, Context, UsageError, limit_type
+from wurk.batches import keys as batch_keys
+from wurk.batches.api import BatchSet, BatchStatus
+from wurk.core.arguments import number
+from wurk.settings.bounds import YEAR
 
 Payload = dict[str, Any]
 
@@ -31,16 +33,15 @@ def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("jids", nargs="*", metavar="JID",
                         help="forget: jobs counted in the batch but never written")
     parser.add_argument("--yes", action="store_true", help="forget without asking")
-    parser.add_argument("--limit", type=int, default=100,
+    parser.add_argument("--limit", type=limit_type(), default=100,
                         help="list at most this many batches (default 100)")
-    parser.add_argument("--abandoned-after", type=float, default=wire.ABANDONED_AFTER,
+    parser.add_argument("--abandoned-after", type=number(float, 1, YEAR),
+                        default=batch_keys.ABANDONED_AFTER,
                         metavar="SECONDS", help="an unfinished batch with no progress for "
-                        f"this long is shown abandoned (default {wire.ABANDONED_AFTER})")
+                        f"this long is shown abandoned (default {batch_keys.ABANDONED_AFTER})")
 
 
 def run(ctx: Context, args: argparse.Namespace) -> int | None:
-    if args.abandoned_after <= 0:
-        raise UsageError("--abandoned-after must be a positive number of seconds")
     batches = BatchSet(config=ctx.config, abandoned_after=args.abandoned_after)
     if args.action == "list":
         found = batches.list(limit=max(1, args.limit))
@@ -49,8 +50,8 @@ def run(ctx: Context, args: argparse.Namespace) -> int | None:
         return None
     if not args.bid:
         raise UsageError("usage: wurk batches show BID | forget BID JID...")
-    if not wire.valid_bid(args.bid):
-        raise UsageError(f"BID must be 1 to {wire.MAX_BID} characters")
+    if not batch_keys.valid_bid(args.bid):
+        raise UsageError(f"BID must be 1 to {batch_keys.MAX_BID} characters")
     if args.action == "forget":
         return _forget(ctx, batches, args)
     status = batches.get(args.bid)
@@ -60,7 +61,7 @@ def run(ctx: Context, args: argparse.Namespace) -> int | None:
 
 
 def _forget(ctx: Context, batches: BatchSet, args: argparse.Namespace) -> int | None:
-    if not args.jids or any(j.startswith(wire.HOLD_PREFIX) for j in args.jids):
+    if not args.jids or any(j.startswith(batch_keys.HOLD_PREFIX) for j in args.jids):
         raise UsageError("usage: wurk batches forget BID JID... (jobs, not holds)")
     if not args.yes:
         ctx.confirm(f"uncount {len(args.jids)} job(s) from batch {args.bid}? Only for jobs "

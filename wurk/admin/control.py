@@ -1,8 +1,10 @@
 """Commands that steer: ``wurk pause|unpause QUEUE``, ``quiet``, ``stop``, ``restart``, ``dump``.
 
 Duties:
-1. ``pause``/``unpause``: check every named queue exists, then add it to
-   (remove it from) the ``paused`` set that fetchers skip.
+1. ``pause``/``unpause``: add every named queue to (remove it from) the
+   ``paused`` set that fetchers skip. A queue nothing was pushed to yet can
+   be paused (pausing ahead of a deploy is the point) and the output says
+   so; unpausing a name that is neither known nor paused is a typo: exit 1.
 2. Resolve who a control command is for: named process identities,
    ``--swarm IDENTITY`` for a whole swarm, or ``--all``: every live swarm
    and every live process that is not one of their children (a swarm's
@@ -17,6 +19,7 @@ Duties:
 from __future__ import annotations
 
 import argparse
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +33,7 @@ from wurk.api import (
     SwarmProcess,
     SwarmSet,
     UnknownProcessError,
+    UnknownQueueError,
 )
 from wurk.settings.config import Config
 
@@ -50,21 +54,33 @@ def run_unpause(ctx: Context, args: argparse.Namespace) -> None:
 
 
 def _set_paused(ctx: Context, names: Sequence[str], *, paused: bool) -> None:
-    queues = [Queue.get(name, must_exist=True, config=ctx.config) for name in names]
+    for name in names:
+        if not name.strip():
+            raise UsageError(f"a queue name cannot be blank, got {name!r}")
+    queues = [Queue.get(name, config=ctx.config) for name in names]
+    unseen = [q.name for q in queues if not q.exists]
+    if not paused:
+        # Checked for every name before anything changes.
+        for queue in queues:
+            if queue.name in unseen and not queue.paused:
+                raise UnknownQueueError(queue.name)
     for queue in queues:
         if paused:
             queue.pause()
         else:
             queue.unpause()
-    ctx.emit({"action": "pause" if paused else "unpause", "queues": [q.name for q in queues]},
-             render_pause)
+    ctx.emit({"action": "pause" if paused else "unpause", "queues": [q.name for q in queues],
+              "unseen": unseen}, render_pause)
 
 
 def render_pause(payload: Payload, now: float) -> list[str]:
-    if payload["action"] == "pause":
-        return [f"paused {name!r}: fetchers skip it within a second; running jobs go on"
-                for name in payload["queues"]]
-    return [f"unpaused {name!r}" for name in payload["queues"]]
+    if payload["action"] != "pause":
+        return [f"unpaused {name!r}" for name in payload["queues"]]
+    unseen = set(payload.get("unseen", ()))
+    return [f"paused {name!r}: fetchers skip it within a second; running jobs go on"
+            + (" (nothing was pushed to it yet; it stays paused until unpaused)"
+               if name in unseen else "")
+            for name in payload["queues"]]
 
 
 # -- targets -------------------------------------------------------------------------
@@ -150,13 +166,14 @@ DUMP = Verb("dump", "TTIN", "log every thread's stack")
 def send(ctx: Context, verb: Verb, targets: Targets, *, everyone: bool) -> None:
     """Check every target can obey, then queue the signal for each."""
     processes, skipped = _obedient(verb, targets.processes, everyone=everyone)
+    swarms, stale = _beating(targets.swarms, everyone=everyone)
     for process in processes:
         _deliver(process, verb)
-    for swarm in targets.swarms:
+    for swarm in swarms:
         swarm.signal(verb.signal)
     ctx.emit({"command": verb.name, "signal": verb.signal,
               "processes": [p.identity for p in processes],
-              "swarms": [s.identity for s in targets.swarms], "skipped": skipped},
+              "swarms": [s.identity for s in swarms], "skipped": skipped + stale},
              lambda payload, now: render_sent(payload, verb))
 
 
@@ -172,6 +189,21 @@ def _obedient(verb: Verb, processes: list[Process], *,
         raise ProcessControlError(next(iter(refused.values())))
     skipped = [{"identity": identity, "reason": reason} for identity, reason in refused.items()]
     return [p for p in processes if p.identity not in refused], skipped
+
+
+def _beating(swarms: list[SwarmProcess], *,
+             everyone: bool) -> tuple[list[SwarmProcess], list[dict[str, str]]]:
+    """The swarms still beating, and the stale ones as skipped; a named stale one is an error.
+
+    A stale swarm's parent cannot read a signal: saying one was sent would be a lie.
+    """
+    stale = {s.identity: (f"swarm {s.identity} is stale: no beat for "
+                          f"{max(0.0, time.time() - s.beat):.0f} s, so its parent is gone or "
+                          "stuck; nothing was sent") for s in swarms if s.stale()}
+    if stale and not everyone:
+        raise ProcessControlError(next(iter(stale.values())))
+    skipped = [{"identity": identity, "reason": reason} for identity, reason in stale.items()]
+    return [s for s in swarms if s.identity not in stale], skipped
 
 
 def _refusal(verb: Verb, process: Process) -> str:

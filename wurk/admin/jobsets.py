@@ -11,9 +11,13 @@ Duties:
    decremented), from ``scheduled`` it runs the job now.
 4. ``delete`` the named entries (or ``--all``); ``clear`` (or ``clear --all``)
    empties the set. Both destroy jobs, so they ask on a terminal and need
-   ``--yes`` anywhere else.
+   ``--yes`` anywhere else; each job's unique lock, batch count and result
+   waiters are released with it (``wurk.api.removal``).
 5. Name every unknown jid and act on none of them (exit 1); report an entry
    another operator moved meanwhile, after acting on the rest (exit 1).
+6. An entry with no jid a person can type (not JSON, no jid, a lone
+   surrogate) is listed, shown and named by its handle, ``raw-`` and a
+   digest of its bytes; in ``dead`` its error is the reason wurk noted.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from itertools import islice
 from typing import Any
 
 from wurk.admin.output import clip, table, when
-from wurk.admin.registry import AdminCommand, CommandError, Context, UsageError
+from wurk.admin.registry import AdminCommand, CommandError, Context, UsageError, limit_type
 from wurk.api import DeadSet, RetrySet, ScheduledSet, SortedEntry, SortedSet
 
 ACTIONS = ("list", "show", "retry", "delete", "clear")
@@ -38,17 +42,19 @@ Payload = dict[str, Any]
 def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("action", nargs="?", choices=ACTIONS, default="list",
                         help="what to do (default: list)")
-    parser.add_argument("jids", nargs="*", metavar="JID", help="the entries to act on")
+    parser.add_argument("jids", nargs="*", metavar="JID",
+                        help="the entries to act on, by jid (or the raw-... handle listed "
+                             "for one with none)")
     parser.add_argument("--all", action="store_true",
                         help="retry, delete or clear every entry")
     parser.add_argument("--yes", action="store_true",
                         help="delete or clear without asking (needed when stdin is not a terminal)")
-    parser.add_argument("--limit", type=int, default=DEFAULT_LIMIT,
+    parser.add_argument("--limit", type=limit_type(0), default=DEFAULT_LIMIT,
                         help=f"list at most this many entries (default {DEFAULT_LIMIT}; 0: all)")
 
 
 def entry_payload(entry: SortedEntry) -> Payload:
-    return {"jid": entry.jid, "class": entry.klass, "queue": entry.queue,
+    return {"jid": entry.jid, "handle": entry.handle, "class": entry.klass, "queue": entry.queue,
             "args": entry.display_args, "at": entry.at, "retry_count": entry.retry_count,
             "error_class": entry.error_class, "error_message": entry.error_message}
 
@@ -57,15 +63,13 @@ def entry_payload(entry: SortedEntry) -> Payload:
 def do_list(ctx: Context, jobs: SortedSet, args: argparse.Namespace) -> None:
     if args.jids or args.all:
         raise UsageError("list takes no JIDs and no --all")
-    if args.limit < 0:
-        raise UsageError(f"--limit must be 0 (all) or more, got {args.limit}")
     entries = jobs.entries(descending=isinstance(jobs, DeadSet))
     shown = [entry_payload(e) for e in islice(entries, args.limit or None)]
     ctx.emit({"set": jobs.name, "size": jobs.size, "entries": shown}, render_list)
 
 
 def render_list(payload: Payload, now: float) -> list[str]:
-    rows = [(e["jid"], e["class"], e["queue"], when(e["at"], now),
+    rows = [(e["handle"], e["class"], e["queue"], when(e["at"], now),
              "" if e["retry_count"] is None else e["retry_count"], _error(e),
              clip(e["args"], 40)) for e in payload["entries"]]
     header = ("JID", "CLASS", "QUEUE", WHEN_HEADER.get(payload["set"], "AT"), "RETRIES",
@@ -100,7 +104,7 @@ def do_show(ctx: Context, jobs: SortedSet, args: argparse.Namespace) -> None:
 def render_show(payload: Payload, now: float) -> list[str]:
     lines: list[str] = []
     for e in payload["entries"]:
-        lines += [f"{e['jid']}  {e['class']}  queue {e['queue']}",
+        lines += [f"{e['handle']}  {e['class']}  queue {e['queue']}",
                   f"  {WHEN_HEADER.get(payload['set'], 'at').lower()}: {when(e['at'], now)}",
                   f"  error: {_error_text(e)}",
                   f"  args: {json.dumps(e['args'], default=str)}",
@@ -139,7 +143,7 @@ def _act(ctx: Context, jobs: SortedSet, args: argparse.Namespace,
     done: list[str | None] = []
     lost: list[str | None] = []
     for entry in select(jobs, args) if chosen is None else chosen:
-        (done if act(entry) else lost).append(entry.jid)
+        (done if act(entry) else lost).append(entry.handle)
     ctx.emit({"set": jobs.name, "action": args.action, "count": len(done), "jids": done},
              render_action)
     if lost:
@@ -171,8 +175,8 @@ def do_clear(ctx: Context, jobs: SortedSet, args: argparse.Namespace) -> None:
     if not args.yes:
         ctx.confirm(f"clear the {jobs.name} set ({_count(size)})?",
                     what="clear removes every job in the set")
-    jobs.clear()
-    ctx.emit({"set": jobs.name, "action": "clear", "count": size, "jids": None},
+    cleared = jobs.clear()
+    ctx.emit({"set": jobs.name, "action": "clear", "count": cleared, "jids": None},
              render_action)
 
 

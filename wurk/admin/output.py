@@ -17,9 +17,12 @@ Duties:
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Sequence
 from typing import Any
+
+from wurk.push.time_options import MAX_EPOCH
 
 GAP = "  "
 CLIP = 60
@@ -49,6 +52,8 @@ def fields(pairs: Sequence[tuple[str, Any]]) -> list[str]:
 
 def duration(seconds: float) -> str:
     """``0s``, ``42s``, ``3m 12s``, ``2h 5m``, ``3d 4h``: the two largest units."""
+    if not math.isfinite(seconds):
+        return repr(seconds)
     whole = int(abs(seconds))
     parts: list[str] = []
     for unit, size in _UNITS:
@@ -61,7 +66,13 @@ def duration(seconds: float) -> str:
 
 
 def when(at: float | None, now: float) -> str:
-    """A moment relative to ``now``: ``12s ago``, ``in 4m 10s``; ``-`` when unknown."""
+    """A moment relative to ``now``: ``12s ago``, ``in 4m 10s``; ``-`` when unknown.
+
+    A value no clock reaches (another client's ``inf`` score, a year past
+    5138) is shown as the number it is, never turned into a duration.
+    """
+    if at is not None and (not math.isfinite(at) or abs(at) >= MAX_EPOCH):
+        return f"{at!r} (not a time)"
     if at is None or at <= 0:
         return "-"
     delta = at - now
@@ -78,4 +89,15 @@ def clip(value: Any, width: int = CLIP) -> str:
 
 
 def to_json(payload: Any) -> str:
-    return json.dumps(payload, indent=2, default=str)
+    """Strict JSON: a non-finite number read from Redis (a score of ``inf``) is null."""
+    return json.dumps(_finite(payload), indent=2, default=str, allow_nan=False)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(item) for item in value]
+    return value

@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING, Any
 from wurk.admin.output import clip, duration, fields, megabytes, table, when
 from wurk.admin.registry import AdminCommand, Context
 from wurk.api import ProcessSet, Stats, SwarmSet, Workers
-from wurk.api.common import sscan_all
-from wurk.redis.pools import pool_for
 from wurk.settings.config import Config
 from wurk.wire import keys
 from wurk.wire.payload import latency_of
+from wurk.wire.replies import sscan_all
 
 if TYPE_CHECKING:
     from wurk.redis.connection import Conn
+    from wurk.redis.runtime import Runtime
 
 Payload = dict[str, Any]
 COUNTS = ("processed", "failed", "enqueued", "scheduled", "retries", "dead", "processes", "busy")
@@ -51,8 +51,8 @@ def run_stats(ctx: Context, args: argparse.Namespace) -> None:
 
 
 # -- queues ----------------------------------------------------------------------
-def queues_payload(config: Config) -> list[Payload]:
-    queues: list[Payload] = pool_for(config).run(_read_queues, idempotent=True)
+def queues_payload(runtime: Runtime) -> list[Payload]:
+    queues: list[Payload] = runtime.pool.run(_read_queues, idempotent=True)
     return queues
 
 
@@ -74,7 +74,7 @@ def render_queues(payload: list[Payload], now: float) -> list[str]:
 
 
 def run_queues(ctx: Context, args: argparse.Namespace) -> None:
-    ctx.emit(queues_payload(ctx.config), render_queues)
+    ctx.emit(queues_payload(ctx.runtime), render_queues)
 
 
 # -- processes ---------------------------------------------------------------------

@@ -20,7 +20,7 @@ from dataclasses import asdict
 from typing import Any
 
 from wurk.admin.output import clip, printable, table, when
-from wurk.admin.registry import AdminCommand, CommandError, Context, UsageError
+from wurk.admin.registry import AdminCommand, CommandError, Context, UsageError, limit_type
 from wurk.api.profiles import SORTS, ProfileNotFoundError, ProfileSet
 
 ACTIONS = ("list", "show", "save")
@@ -35,7 +35,7 @@ def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("path", nargs="?", help="the file or directory to write (save)")
     parser.add_argument("--sort", choices=SORTS, default="cumulative",
                         help="show: order functions by this (default cumulative)")
-    parser.add_argument("--limit", type=int, default=DEFAULT_LIMIT,
+    parser.add_argument("--limit", type=limit_type(), default=DEFAULT_LIMIT,
                         help=f"show: at most this many functions (default {DEFAULT_LIMIT})")
 
 
@@ -65,8 +65,6 @@ def render_list(payload: Payload, now: float) -> list[str]:
 
 
 def do_show(ctx: Context, profiles: ProfileSet, args: argparse.Namespace) -> None:
-    if args.limit < 1:
-        raise UsageError(f"--limit must be at least 1, got {args.limit}")
     record = profiles.fetch(args.key)
     functions = profiles.top(args.key, sort=args.sort, limit=args.limit)
     ctx.emit({"key": record.key, "jid": record.jid, "elapsed": record.elapsed,

@@ -12,7 +12,8 @@ Duties:
    of the call; ``emit`` prints one payload as JSON or as the command's
    human rendering, so the two outputs never disagree.
 4. The errors a command raises to fail with exit status 1 (``CommandError``)
-   or 2 (``UsageError``).
+   or 2 (``UsageError``), and :func:`limit_type`, the range every ``--limit``
+   is parsed with.
 """
 
 from __future__ import annotations
@@ -25,9 +26,13 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from wurk.admin.output import to_json
+from wurk.core.arguments import number
+from wurk.redis.runtime import Runtime, runtime_for
 from wurk.settings.config import Config
 
 Render = Callable[[Any, float], list[str]]
+# The most entries one listing takes: past it, a slip of the keyboard, not a wish.
+MAX_LISTED = 1_000_000
 GLOBAL_OPTIONS = ("redis_url", "config", "json")
 
 
@@ -46,6 +51,12 @@ class Context:
     out: TextIO | None = None
     err: TextIO | None = None
     now: float = field(default_factory=time.time)
+    # The command's pools, found once for its config (the API objects it
+    # builds from the same config share them).
+    runtime: Runtime = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.runtime = runtime_for(self.config)
 
     def emit(self, payload: Any, render: Render) -> None:
         """Print ``payload`` as the ``--json`` document, or as ``render`` draws it."""
@@ -103,6 +114,13 @@ class Registry:
                 description=command.description or command.help)
             command.arguments(parser)
             parser.set_defaults(admin_command=command)
+
+
+def limit_type(low: int = 1) -> Callable[[str], int]:
+    """A ``--limit`` option's type: an integer from ``low`` (0 where it means all)
+    to MAX_LISTED, anything else a one-line usage error."""
+    parse: Callable[[str], int] = number(int, low, MAX_LISTED)
+    return parse
 
 
 def global_options(parser: argparse.ArgumentParser, prefix: str = "") -> argparse.ArgumentParser:

@@ -11,7 +11,12 @@ Duties:
    (``--any-target``: of any Redis, into this one), as a worker would;
    exit 1 if a file could not be pushed or was moved aside.
 3. ``discard`` the named files (or ``--all``): asks on a terminal, needs
-   ``--yes`` otherwise; a file a live drainer holds is left (exit 1).
+   ``--yes`` otherwise; a file a live drainer holds is left (exit 1). Its
+   jobs end first, with what their push took (:func:`discard_file`): their
+   unique locks, batch counts and result waiters, as a deleted queued job's.
+   A file Redis could not be told about (unreachable, refusing) is kept
+   (exit 1); an unreadable one, or one for another Redis (without
+   ``--any-target``), is deleted with nothing to release here.
 """
 
 from __future__ import annotations
@@ -21,12 +26,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+import redis.exceptions as rx
+
 from wurk.admin.output import table, when
 from wurk.admin.registry import AdminCommand, CommandError, Context, UsageError
+from wurk.api.removal import discard_spooled
 from wurk.core import pids
+from wurk.core.threads import describe as error_text
 from wurk.push import spool
 from wurk.push.spool_drain import drain_once
-from wurk.redis.pools import pool_for
+from wurk.redis.runtime import Runtime
 
 ACTIONS = ("list", "push", "discard")
 Payload = dict[str, Any]
@@ -39,7 +48,8 @@ def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--all", action="store_true", help="discard every spool file")
     parser.add_argument("--yes", action="store_true", help="discard without asking")
     parser.add_argument("--any-target", action="store_true",
-                        help="push files written for another Redis into this one too")
+                        help="push files written for another Redis into this one too "
+                             "(discard: release what their jobs took in this one)")
 
 
 def describe(name: spool.SpoolName, now: float) -> Payload:
@@ -95,7 +105,7 @@ def do_push(ctx: Context, directory: Path, args: argparse.Namespace) -> None:
     if args.files or args.all or args.yes:
         raise UsageError("push takes no FILEs, --all or --yes: it pushes every file it can")
     try:
-        report = drain_once(ctx.config, pool_for(ctx.config), any_target=args.any_target)
+        report = drain_once(ctx.config, ctx.runtime.pool, any_target=args.any_target)
     except OSError as exc:
         raise CommandError(f"cannot read the spool in {directory}: {exc}") from exc
     ctx.emit({"directory": str(directory),
@@ -120,6 +130,29 @@ def render_push(payload: Payload, now: float) -> list[str]:
 
 
 # -- discard -----------------------------------------------------------------------
+def discard_file(runtime: Runtime, held: spool.Claim, *,
+                 any_target: bool = False) -> int | None:
+    """Delete a claimed spool file, its jobs ended first with what their push
+    took; how many gave something back (None: unreadable, or for another
+    Redis, so nothing was released here). Redis trouble is raised, the file
+    given back."""
+    try:
+        with held.reader() as fh:
+            header = spool.read_header(fh)
+            jobs = [(entry.nonce, entry.job) for entry in spool.read_entries(fh, header)]
+    except (spool.SpoolFormatError, OSError):
+        jobs = None  # nothing a push took can be read from it: its TTLs end that
+    released = None
+    if jobs is not None and (any_target or header.target == spool.target_of(runtime.config)):
+        try:
+            released = discard_spooled(runtime, jobs)
+        except BaseException:
+            held.release()  # kept, under its waiting name, for a later try
+            raise
+    held.finish()
+    return released
+
+
 def do_discard(ctx: Context, directory: Path, args: argparse.Namespace) -> None:
     chosen = _select(directory, args)
     infos = [describe(name, ctx.now) for name in chosen]
@@ -129,16 +162,25 @@ def do_discard(ctx: Context, directory: Path, args: argparse.Namespace) -> None:
                     what="discard deletes jobs")
     done: list[Payload] = []
     busy: list[str] = []
+    failed: list[Payload] = []
     for name, info in zip(chosen, infos, strict=True):
         held = spool.claim(name)
         if held is None:
             busy.append(name.path.name)
             continue
-        held.finish()
-        done.append({"file": info["file"], "jobs": info["jobs"], "jids": info["jids"]})
-    ctx.emit({"directory": str(directory), "discarded": done, "busy": busy}, render_discard)
-    if busy:
-        raise CommandError(f"held by a live process, not discarded: {', '.join(busy)}")
+        try:
+            released = discard_file(ctx.runtime, held, any_target=args.any_target)
+        except (rx.RedisError, OSError) as exc:
+            failed.append({"file": info["file"], "error": error_text(exc)})
+            continue
+        done.append({"file": info["file"], "jobs": info["jobs"], "jids": info["jids"],
+                     "released": released})
+    ctx.emit({"directory": str(directory), "discarded": done, "busy": busy, "failed": failed},
+             render_discard)
+    if busy or failed:
+        raise CommandError("not discarded: " + ", ".join(
+            [f"{f} (held by a live process)" for f in busy]
+            + [f"{f['file']} ({f['error']})" for f in failed]))
 
 
 def _select(directory: Path, args: argparse.Namespace) -> list[spool.SpoolName]:
@@ -156,8 +198,14 @@ def _select(directory: Path, args: argparse.Namespace) -> list[spool.SpoolName]:
 
 def render_discard(payload: Payload, now: float) -> list[str]:
     jobs = sum(f["jobs"] or 0 for f in payload["discarded"])
-    lines = [f"discarded {jobs} jobs in {len(payload['discarded'])} spool files"]
-    return lines + [f"held by a live process: {f}" for f in payload["busy"]]
+    released = sum(f["released"] or 0 for f in payload["discarded"])
+    lines = [f"discarded {jobs} jobs in {len(payload['discarded'])} spool files; "
+             f"{released} gave back what their push took (unique locks, batch counts)"]
+    lines += [f"  {f['file']}: nothing released here (unreadable, or for another Redis: "
+              "--any-target releases in this one)" for f in payload["discarded"]
+              if f["released"] is None]
+    lines += [f"held by a live process: {f}" for f in payload["busy"]]
+    return lines + [f"not discarded {f['file']}: {f['error']}" for f in payload["failed"]]
 
 
 RUNNERS = {"list": do_list, "push": do_push, "discard": do_discard}

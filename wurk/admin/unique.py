@@ -19,8 +19,8 @@ import json
 from typing import Any
 
 from wurk.admin.output import printable, table
-from wurk.admin.registry import AdminCommand, Context, UsageError
-from wurk.api.unique import UniqueLock, UniqueLocks
+from wurk.admin.registry import AdminCommand, Context, UsageError, limit_type
+from wurk.unique.api import UniqueLock, UniqueLocks
 
 ACTIONS = ("list", "show", "release")
 Payload = dict[str, Any]
@@ -33,7 +33,7 @@ def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("args", nargs="?", metavar="ARGS", default="[]",
                         help="the job's arguments as a JSON array (default [])")
     parser.add_argument("--queue", default="default", help="the job's queue (default: default)")
-    parser.add_argument("--limit", type=int, default=100,
+    parser.add_argument("--limit", type=limit_type(), default=100,
                         help="list at most this many locks (default 100)")
     parser.add_argument("--yes", action="store_true",
                         help="release without asking (needed when stdin is not a terminal)")

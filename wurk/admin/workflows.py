@@ -16,10 +16,10 @@ from dataclasses import asdict
 from typing import Any
 
 from wurk.admin.output import clip, fields, printable, table, when
-from wurk.admin.registry import AdminCommand, Context, UsageError
+from wurk.admin.registry import AdminCommand, Context, UsageError, limit_type
 from wurk.push.client import Client
-from wurk.push.workflow_spec import WorkflowError
-from wurk.push.workflow_status import read, recent
+from wurk.workflows.spec import WorkflowError
+from wurk.workflows.status import read, recent
 
 Payload = dict[str, Any]
 
@@ -28,7 +28,7 @@ def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("action", nargs="?", choices=("list", "show"), default="list",
                         help="what to do (default: list)")
     parser.add_argument("wid", nargs="?", metavar="ID", help="the workflow id (for show)")
-    parser.add_argument("--limit", type=int, default=100,
+    parser.add_argument("--limit", type=limit_type(), default=100,
                         help="list at most this many workflows (default 100)")
 
 

@@ -24,15 +24,19 @@ Modules, one concern each:
   big key whole (the dashboard's data).
 - ``batches``: :class:`BatchSet`, :class:`BatchStatus`: batches, their
   counts, failures and callbacks.
+- ``removal``: jobs deleted or killed by hand, one or a whole queue or
+  set, with their locks, batch counts and result waiters.
+- ``cancelling``: :func:`cancel`: one job by jid, waiting or running.
 - ``errors``: the lookup and control errors callers catch.
 
 Apply-safety: every read is declared idempotent to the pool; every write
 says next to it whether a replay after a lost reply would be harmless.
 """
 
-from wurk.api.batches import BatchSet, BatchStatus
+from wurk.api.cancelling import Cancelled, cancel
 from wurk.api.entries import SortedEntry
 from wurk.api.errors import (
+    JobDeletedError,
     JobKilledError,
     JobNotFoundError,
     ProcessControlError,
@@ -56,14 +60,17 @@ from wurk.api.records import JobRecord
 from wurk.api.sorted_sets import DeadSet, RetrySet, ScheduledSet, SortedSet
 from wurk.api.stats import History, Stats, redis_info
 from wurk.api.swarms import SwarmProcess, SwarmSet, UnknownSwarmError
-from wurk.api.unique import UniqueLock, UniqueLocks
 from wurk.api.workers import Work, WorkEntry, Workers
+from wurk.batches.api import BatchSet, BatchStatus
+from wurk.unique.api import UniqueLock, UniqueLocks
 
 __all__ = [
     "BatchSet",
     "BatchStatus",
+    "Cancelled",
     "DeadSet",
     "History",
+    "JobDeletedError",
     "JobKilledError",
     "JobNotFoundError",
     "JobRecord",
@@ -94,6 +101,7 @@ __all__ = [
     "Work",
     "WorkEntry",
     "Workers",
+    "cancel",
     "entry_key",
     "find_entry",
     "find_queued",

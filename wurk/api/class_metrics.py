@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from wurk.api.common import resolve, text
 from wurk.observe.class_metrics import (
     LABELS,
     MAX_CLASS,
@@ -43,8 +42,9 @@ from wurk.observe.class_metrics import (
     minute_key8,
     rollup_key,
 )
-from wurk.redis.pools import pool_for
+from wurk.redis.runtime import runtime_for
 from wurk.settings.config import Config
+from wurk.wire.replies import resolve, text
 
 HOURS = (1, 2, 4, 8)
 MAX_HOURS = 8  # the keys live 8 hours
@@ -148,11 +148,12 @@ class ClassMetricsQuery:
 
     def __init__(self, *, config: Config | None = None) -> None:
         self.config = resolve(config)
+        self.runtime = runtime_for(self.config)
 
     def top(self, hours: int = 1, now: float | None = None) -> list[ClassTotals]:
         """Every class seen in the window, most executions first."""
         keys = window_keys(hours, now)
-        replies = pool_for(self.config).run(lambda c: c.pipeline(
+        replies = self.runtime.pool.run(lambda c: c.pipeline(
             [("HGETALL", key) for key in keys], raise_on_error=False), idempotent=True)
         found: dict[str, ClassTotals] = {}
         for raw_field, value in add_up(replies).items():
@@ -170,7 +171,7 @@ class ClassMetricsQuery:
         minutes = minutes_back(hours, now)
         fields = [f"{name}|p", f"{name}|f", f"{name}|ms"]
         layouts = ((minute_key, histogram_key), (minute_key8, histogram_key8))
-        pool = pool_for(self.config)
+        pool = self.runtime.pool
         counts = pool.run(lambda c: c.pipeline(
             [("HMGET", hashed(m), *fields) for m in minutes for hashed, _ in layouts],
             raise_on_error=False), idempotent=True)

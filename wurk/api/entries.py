@@ -10,32 +10,38 @@ Duties:
    Redis waits in the client's push buffer (``reliable_push``); one that
    fails outright leaves the entry gone, as in Sidekiq, and its payload is
    logged for a manual restore.
-3. ``kill``: move to ``dead`` in one MULTI with the removal, only while the
-   entry is still there (WATCH), then run the death handlers.
-4. ``delete`` and ``reschedule``, both replay-safe.
+3. ``kill``: move to ``dead`` in one script with the removal, only while
+   the entry is still there, then run the death handlers.
+4. ``delete`` and ``reschedule``, both replay-safe; a delete from ``dead``
+   drops the entry's note with it. A delete or kill ends what the job
+   holds in the same script (``wurk.api.removal``): its unique lock, its
+   batch count, its result waiters.
+5. Name itself: ``handle`` is the jid, or for an entry with none a person
+   can type (not JSON, no jid, one holding a lone surrogate) ``raw-`` and a
+   digest of its bytes. In ``dead``, the reason wurk noted for an entry kept
+   as raw bytes (``wurk.wire.dead_notes``) is its ``error_class`` and
+   ``error_message``.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
+from wurk.api import removal
 from wurk.api.errors import JobKilledError
 from wurk.api.records import JobRecord
 from wurk.core.logging import get_logger
-from wurk.redis.pools import pool_for
-from wurk.runtime.retry import kill_commands
+from wurk.core.validate import is_whole
+from wurk.push.prepare import epoch_seconds
+from wurk.wire import dead_notes, keys
 from wurk.wire.payload import loads_job, score
 
 if TYPE_CHECKING:
     from wurk.push.client import Client
-    from wurk.redis.connection import Conn
     from wurk.settings.config import Config
 
 log = get_logger("wurk.api")
-# A kill retries its WATCH this often when other writers keep changing the set.
-KILL_ATTEMPTS = 10
 
 
 def run_death_handlers(config: Config, item: Mapping[str, Any]) -> None:
@@ -59,29 +65,74 @@ class EntrySet(Protocol):
     def client(self) -> Client: ...
 
 
+# The longest jid a handle shows as it is; anything else is named by digest.
+MAX_SHOWN_JID = 200
+
+
 class SortedEntry(JobRecord):
     def __init__(self, parent: EntrySet, at: float, value: bytes | str) -> None:
         super().__init__(value, config=parent.config)
         self.parent = parent
         self.score = at
+        self._note: dict[str, Any] | None = None if parent.name == keys.DEAD else {}
 
     @property
     def at(self) -> float:
         """The score: run-at (schedule/retry) or time of death, epoch seconds."""
         return self.score
 
+    @property
+    def handle(self) -> str:
+        """What names this entry to a person: its jid, or ``raw-<digest>``
+        when it has none that can be typed and printed."""
+        jid = self.jid
+        if jid and not self.scrubbed and len(jid) <= MAX_SHOWN_JID and jid.isprintable() \
+                and not any(c.isspace() or c == "/" for c in jid):
+            return jid
+        return dead_notes.handle(self.value)
+
+    @property
+    def note(self) -> dict[str, Any]:
+        """Why wurk sent this entry to dead as raw bytes ({} if it did not)."""
+        if self._note is None:
+            self._note = dead_notes.parse_note(self.runtime.pool.call(
+                "HGET", keys.DEAD_NOTES, dead_notes.digest(self.value), idempotent=True))
+        return self._note
+
+    @property
+    def error_class(self) -> str | None:
+        noted = self.note.get("error_class")
+        return noted if isinstance(noted, str) else super().error_class
+
+    @property
+    def error_message(self) -> str | None:
+        noted = self.note.get("error_message")
+        return noted if isinstance(noted, str) else super().error_message
+
     def delete(self) -> bool:
-        """Remove this entry; False if it was already gone."""
+        """Remove this entry, with what it holds; False if it was already gone."""
         # Replay-safe for the set (removing an absent member is a no-op); a
         # replay after a lost reply reports False for a removal that happened.
-        return bool(pool_for(self.config).call("ZREM", self.parent.name, self.value,
-                                          idempotent=True))
+        return self._remove(killed=False)
+
+    def _remove(self, *, killed: bool) -> bool:
+        """ZREM (and for a kill, ZADD to dead) with the job's lock, batch count and
+        result waiters, in one script (``wurk.api.removal``)."""
+        name = self.parent.name
+        [removed] = removal.remove(self.runtime, name, removal.ZSET, [self.value],
+                                   removal.Ending(name, killed=killed), idempotent=True)
+        return removed
 
     def reschedule(self, at: float) -> bool:
-        """Move this entry to ``at``; False if it is no longer in the set."""
+        """Move this entry to ``at``; False if it is no longer in the set.
+
+        ``at`` passes the push's own check (finite, before the year 5138), or
+        :class:`wurk.ArgumentError`.
+        """
+        at = epoch_seconds(at, "reschedule's time")
         # Replay-safe: an absolute score for one exact member, and XX never
         # re-creates an entry someone else removed (Sidekiq's ZINCRBY would).
-        replies = pool_for(self.config).pipeline(
+        replies = self.runtime.pool.pipeline(
             [("ZADD", self.parent.name, "XX", score(at), self.value),
              ("ZSCORE", self.parent.name, self.value)], idempotent=True)
         if replies[1] is None:
@@ -102,7 +153,7 @@ class SortedEntry(JobRecord):
         if not self._claim():
             return False
         count = item.get("retry_count")
-        if decrement and isinstance(count, int) and not isinstance(count, bool):
+        if decrement and is_whole(count):
             item["retry_count"] = count - 1
         item.pop("at", None)
         try:
@@ -126,32 +177,18 @@ class SortedEntry(JobRecord):
         # Not replay-safe, deliberately: the reply decides who pushes. After a
         # lost reply a replay would read 0 and nobody would push the job, so the
         # pool raises instead and the operator sees the error.
-        return bool(pool_for(self.config).call("ZREM", self.parent.name, self.value) == 1)
+        return bool(self.runtime.pool.call("ZREM", self.parent.name, self.value) == 1)
 
     def kill(self) -> bool:
-        """Move to the morgue; False if the entry was already gone."""
+        """Move to the morgue; False if the entry was already gone.
+
+        The job failed for good: its lock goes, its batch counts a death, a
+        result waiter is told it was killed; then the death handlers run.
+        """
         # Replay-safe: a replay finds the member gone and changes nothing; it
-        # reports False (and skips the handlers) for a move that happened.
-        moved = pool_for(self.config).run(self._kill_watched, idempotent=True)
+        # reports False (and skips the handlers) for a move that happened. One
+        # script, so a kill racing a retry never leaves the job queued and dead.
+        moved = self._remove(killed=True)
         if moved:
             run_death_handlers(self.config, self.item)
         return moved
-
-    def _kill_watched(self, conn: Conn) -> bool:
-        """ZREM + Sidekiq's DeadSet#kill in one MULTI, only if the member is still there.
-
-        Without the WATCH a kill racing a retry would leave the job both
-        queued and dead.
-        """
-        name = self.parent.name
-        for _ in range(KILL_ATTEMPTS):
-            conn.call("WATCH", name)
-            if conn.call("ZSCORE", name, self.value) is None:
-                conn.call("UNWATCH")
-                return False
-            commands = [("ZREM", name, self.value),
-                        *kill_commands(self.config, self.value, time.time())]
-            replies = conn.pipeline(commands, transaction=True)
-            if replies != [None]:  # None: EXEC aborted because the set changed
-                return bool(replies[0])
-        raise RuntimeError(f"{name} kept changing; could not kill {self.jid}")

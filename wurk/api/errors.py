@@ -5,7 +5,8 @@ Duties:
    case, each a :class:`LookupError` whose message names what was asked for.
 2. Refuse remote control a process cannot obey (quiet/stop of an embedded
    worker, as Sidekiq 8 does) with :class:`ProcessControlError`.
-3. Hand death handlers a :class:`JobKilledError` for a job killed by hand.
+3. Hand death handlers a :class:`JobKilledError` for a job killed by hand;
+   name what a deleted job's batch and waiters hear (:class:`JobDeletedError`).
 """
 
 from __future__ import annotations
@@ -37,7 +38,13 @@ class JobNotFoundError(LookupError):
 
 
 class JobKilledError(RuntimeError):
-    """What death handlers receive for a job killed from the API."""
+    """What death handlers receive for a job killed from the API (and the error
+    class its batch and its result waiters are told)."""
+
+
+class JobDeletedError(RuntimeError):
+    """The error class a deleted job's batch and result waiters are told: it
+    was removed by a person and never runs (see ``wurk.api.removal``)."""
 
 
 class ProcessControlError(RuntimeError):

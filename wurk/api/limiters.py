@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING, Any
 
 import redis.exceptions as rx
 
-from wurk.api.common import hash_items, resolve, sscan_all, text
 from wurk.limiter.kinds import from_options
-from wurk.limiter.policy import LimiterArgumentError, check_name
-from wurk.redis.pools import pool_for
+from wurk.limiter.policy import LimiterArgumentError, check_limiter_name
+from wurk.redis.runtime import runtime_for
 from wurk.settings.config import Config
 from wurk.wire import keys
+from wurk.wire.replies import hash_items, resolve, sscan_all, text
 
 if TYPE_CHECKING:
     from wurk.limiter.kinds import Bucket, Concurrent, Leaky, Window
@@ -63,18 +63,19 @@ class LimiterInfo:
 class LimiterSet:
     def __init__(self, *, config: Config | None = None) -> None:
         self.config = resolve(config)
+        self.runtime = runtime_for(self.config)
 
     def names(self) -> list[str]:
-        found = pool_for(self.config).run(lambda c: sscan_all(c, keys.LIMITER_LIST),
+        found = self.runtime.pool.run(lambda c: sscan_all(c, keys.LIMITER_LIST),
                                           idempotent=True)
         return found
 
     def __iter__(self) -> Iterator[LimiterInfo]:
-        return iter(pool_for(self.config).run(self._read_all, idempotent=True))
+        return iter(self.runtime.pool.run(self._read_all, idempotent=True))
 
     def get(self, name: str) -> LimiterInfo:
         """One limiter; :class:`UnknownLimiterError` if it is not registered."""
-        info: LimiterInfo | None = pool_for(self.config).run(
+        info: LimiterInfo | None = self.runtime.pool.run(
             lambda c: self._read(c, name, _now(c)) if _listed(c, name) else None,
             idempotent=True)
         if info is None:
@@ -89,7 +90,7 @@ class LimiterSet:
             limiter = self._build(conn, name)
             return int(conn.call("DEL", *limiter.state_keys(_now(conn))))
         # Idempotent: a replayed DEL deletes nothing more.
-        deleted: int | None = pool_for(self.config).run(block, idempotent=True)
+        deleted: int | None = self.runtime.pool.run(block, idempotent=True)
         if deleted is None:
             raise UnknownLimiterError(name)
         return deleted
@@ -104,7 +105,7 @@ class LimiterSet:
         def block(conn: Conn) -> None:
             conn.call("DEL", *doomed)
             conn.call("SREM", keys.LIMITER_LIST, name)
-        pool_for(self.config).run(block, idempotent=True)
+        self.runtime.pool.run(block, idempotent=True)
 
     # -- reading ---------------------------------------------------------------------------
     def _read_all(self, conn: Conn) -> list[LimiterInfo]:
@@ -122,7 +123,7 @@ class LimiterSet:
 
     def _build(self, conn: Conn, name: str) -> Concurrent | Window | Bucket | Leaky:
         """The limiter its meta hash describes; raises on anything unusable."""
-        check_name(name)
+        check_limiter_name(name)
         meta = {text(k): text(v) for k, v in hash_items(conn.call("HGETALL",
                                                                   keys.limiter_meta(name)))}
         if "type" not in meta:

@@ -5,7 +5,8 @@ reads a key whole.
 
 Duties:
 1. :func:`queue_page`: one page of a queue, newest first, by LRANGE index,
-   with the queue's length, in one pipelined round trip.
+   with the queue's length, in one pipelined round trip (a page past the
+   end is empty, so a script paging until an empty page ends).
 2. :func:`set_page`: one page of the scheduled, retry or dead set by ZRANGE
    index, either order, with ZCARD, in one round trip.
 3. :func:`search_set`: the entries whose raw JSON contains a substring
@@ -25,12 +26,11 @@ import math
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from wurk.api.common import contains_pattern, score_pairs
 from wurk.api.entries import SortedEntry
 from wurk.api.queue import Queue
 from wurk.api.records import JobRecord
 from wurk.api.sorted_sets import SortedSet
-from wurk.redis.pools import pool_for
+from wurk.wire.replies import contains_pattern, score_pairs
 
 T = TypeVar("T")
 MAX_PER_PAGE = 500
@@ -68,7 +68,7 @@ def queue_page(queue: Queue, number: int = 1, per_page: int = 25) -> Page[JobRec
     """Jobs ``(number-1)*per_page`` onward, newest first (LRANGE, O(offset + per_page))."""
     _check(number, per_page)
     start = (number - 1) * per_page
-    values, total = pool_for(queue.config).pipeline(
+    values, total = queue.runtime.pool.pipeline(
         [("LRANGE", queue.key, start, start + per_page - 1), ("LLEN", queue.key)],
         idempotent=True)
     items = [JobRecord(value, queue.name, config=queue.config) for value in values]
@@ -81,27 +81,30 @@ def set_page(sorted_set: SortedSet, number: int = 1, per_page: int = 25, *,
     _check(number, per_page)
     start = (number - 1) * per_page
     rev = ("REV",) if descending else ()
-    reply, total = pool_for(sorted_set.config).pipeline(
+    reply, total = sorted_set.runtime.pool.pipeline(
         [("ZRANGE", sorted_set.name, start, start + per_page - 1, *rev, "WITHSCORES"),
          ("ZCARD", sorted_set.name)], idempotent=True)
     items = [SortedEntry(sorted_set, at, member) for member, at in score_pairs(reply)]
-    return Page(items, int(total), number, per_page)
+    return Page(sorted_set.annotate(items), int(total), number, per_page)
 
 
 def search_set(sorted_set: SortedSet, substring: str, *, limit: int = SEARCH_LIMIT,
                descending: bool = False) -> tuple[list[SortedEntry], bool]:
-    """Entries whose JSON contains ``substring`` (a ``*`` glob is used as given).
+    """Entries whose JSON contains ``substring`` (``*`` and ``?`` are wildcards).
 
-    Returns them sorted by score, and whether the search stopped at ``limit``
-    before scanning the whole set (the list is then a sample, not all).
+    Returns at most ``limit`` of them, sorted by score, and whether the search
+    stopped at ``limit`` before scanning the whole set (the list is then a
+    sample, not all).
     """
     if not substring:
         raise ValueError("search for what? the substring is empty")
     pattern = contains_pattern(substring)
-    found, truncated = pool_for(sorted_set.config).run(
+    found, truncated = sorted_set.runtime.pool.run(
         lambda conn: _scan(conn, sorted_set.name, pattern, limit), idempotent=True)
     rows = sorted(found.items(), key=lambda row: (row[1], row[0]), reverse=descending)
-    return [SortedEntry(sorted_set, at, member) for member, at in rows], truncated
+    # A scan step may overshoot the limit: the promise is "the first <limit>".
+    return sorted_set.annotate([SortedEntry(sorted_set, at, member)
+                                for member, at in rows[:limit]]), truncated
 
 
 def _scan(conn: Any, name: str, pattern: str, limit: int) -> tuple[dict[bytes, float], bool]:
@@ -122,7 +125,7 @@ def find_queued(queue: Queue, index: int, jid: str, *, near: int = 100) -> JobRe
     if index < 0:
         return None
     start = max(0, index - near)
-    values = pool_for(queue.config).call("LRANGE", queue.key, start, index + near,
+    values = queue.runtime.pool.call("LRANGE", queue.key, start, index + near,
                                          idempotent=True)
     records = [(abs(start + n - index), JobRecord(value, queue.name, config=queue.config))
                for n, value in enumerate(values)]
@@ -132,8 +135,9 @@ def find_queued(queue: Queue, index: int, jid: str, *, near: int = 100) -> JobRe
 
 
 def entry_key(entry: SortedEntry) -> str:
-    """``<score>-<jid>``: how a page names one entry (as Sidekiq Web's URLs)."""
-    return f"{entry.score!r}-{entry.jid or ''}"
+    """``<score>-<jid>``: how a page names one entry (as Sidekiq Web's URLs);
+    ``<score>-raw-<digest>`` for one without a jid a URL can carry."""
+    return f"{entry.score!r}-{entry.handle}"
 
 
 def parse_entry_key(key: str) -> tuple[float, str]:
@@ -144,7 +148,9 @@ def parse_entry_key(key: str) -> tuple[float, str]:
     if cut < 0:
         raise ValueError(f"not an entry key: {key[:80]!r}")
     at, jid = float(key[:cut]), key[cut + 1:]
-    if not math.isfinite(at):
+    # Infinite scores are kept (another client may write one, and a person
+    # must reach it to delete it); NaN is never a score.
+    if math.isnan(at):
         raise ValueError(f"not an entry key: {key[:80]!r}")
     return at, jid
 
@@ -155,11 +161,12 @@ def find_entry(sorted_set: SortedSet, key: str) -> SortedEntry | None:
         at, jid = parse_entry_key(key)
     except ValueError:
         return None
-    reply = pool_for(sorted_set.config).call(
+    reply = sorted_set.runtime.pool.call(
         "ZRANGE", sorted_set.name, repr(at), repr(at), "BYSCORE", "WITHSCORES",
         idempotent=True)
     for member, score in score_pairs(reply):
         entry = SortedEntry(sorted_set, score, member)
-        if (entry.jid or "") == jid:
+        # An empty jid: a key from before handles, naming the entry with none.
+        if entry.handle == jid or (not jid and entry.jid is None):
             return entry
     return None

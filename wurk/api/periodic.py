@@ -25,11 +25,11 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from wurk.api.common import hash_items, resolve, text, to_int
 from wurk.push.cron import CronError, Schedule
-from wurk.redis.pools import pool_for
+from wurk.redis.runtime import runtime_for
 from wurk.settings.config import Config
 from wurk.wire import keys
+from wurk.wire.replies import hash_items, resolve, text, to_int
 
 MAX_NEXT = 100
 
@@ -106,10 +106,11 @@ class PeriodicSet:
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = resolve(config)
+        self.runtime = runtime_for(self.config)
 
     @property
     def _pool(self) -> Any:
-        return pool_for(self.config)
+        return self.runtime.pool
 
     def names(self) -> list[str]:
         members = self._pool.call("SMEMBERS", keys.PERIODIC, idempotent=True)

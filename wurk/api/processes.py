@@ -19,12 +19,13 @@ import json
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from wurk.api.common import opt_text, resolve, send_signal, sscan_all, text, to_float, to_int
 from wurk.api.errors import ProcessControlError, UnknownProcessError
-from wurk.redis.pools import pool_for
+from wurk.core.validate import is_whole
+from wurk.redis.runtime import runtime_for
 from wurk.settings.config import Config
 from wurk.wire import keys
 from wurk.wire.payload import to_seconds
+from wurk.wire.replies import opt_text, resolve, send_signal, sscan_all, text, to_float, to_int
 
 if TYPE_CHECKING:
     from wurk.redis.connection import Conn
@@ -43,6 +44,7 @@ class Process:
         self.info = info
         self.fields = fields  # the decoded heartbeat hash fields other than info
         self.config = resolve(config)
+        self.runtime = runtime_for(self.config)
 
     @classmethod
     def from_fields(cls, identity: str, values: Sequence[Any], *,
@@ -109,7 +111,7 @@ class Process:
     @property
     def index(self) -> int | None:
         index = self.info.get("index")
-        return index if isinstance(index, int) and not isinstance(index, bool) else None
+        return index if is_whole(index) else None
 
     # -- from the heartbeat hash ------------------------------------------
     @property
@@ -144,7 +146,7 @@ class Process:
 
     @property
     def is_leader(self) -> bool:
-        leader = pool_for(self.config).call("GET", keys.LEADER, idempotent=True)
+        leader = self.runtime.pool.call("GET", keys.LEADER, idempotent=True)
         return text(leader) == self.identity
 
     # -- remote control ---------------------------------------------------
@@ -169,7 +171,7 @@ class Process:
                 "program (a web server), which owns its lifecycle")
 
     def signal(self, name: str) -> None:
-        send_signal(self.config, self.identity, name)
+        send_signal(self.runtime.pool, self.identity, name)
 
 
 class ProcessSet:
@@ -182,10 +184,11 @@ class ProcessSet:
 
     def __init__(self, *, config: Config | None = None) -> None:
         self.config = resolve(config)
+        self.runtime = runtime_for(self.config)
 
     def __iter__(self) -> Iterator[Process]:
         """Live processes, sorted by identity; members whose heartbeat expired are skipped."""
-        return iter(pool_for(self.config).run(self._read_all, idempotent=True))
+        return iter(self.runtime.pool.run(self._read_all, idempotent=True))
 
     def _read_all(self, conn: Conn) -> list[Process]:
         identities = sscan_all(conn, keys.PROCESSES)
@@ -197,7 +200,7 @@ class ProcessSet:
     @property
     def size(self) -> int:
         """SCARD ``processes``: unpruned, so it counts crashed processes until a cleanup."""
-        return int(pool_for(self.config).call("SCARD", keys.PROCESSES, idempotent=True))
+        return int(self.runtime.pool.call("SCARD", keys.PROCESSES, idempotent=True))
 
     def __len__(self) -> int:
         return self.size
@@ -213,11 +216,11 @@ class ProcessSet:
     @property
     def leader(self) -> str:
         """The Enterprise leader's identity (``dear-leader``), or ""."""
-        return text(pool_for(self.config).call("GET", keys.LEADER, idempotent=True))
+        return text(self.runtime.pool.call("GET", keys.LEADER, idempotent=True))
 
     def get(self, identity: str) -> Process | None:
         """The live process ``identity``: registered and heartbeat unexpired, else None."""
-        member, row = pool_for(self.config).pipeline(
+        member, row = self.runtime.pool.pipeline(
             [("SISMEMBER", keys.PROCESSES, identity), ("HMGET", identity, *FIELDS)],
             idempotent=True)
         return Process.from_fields(identity, row, config=self.config) if member else None
@@ -238,7 +241,7 @@ class ProcessSet:
         # Not replay-safe, as the seed says: a replay re-decides which
         # identities are dead and could prune one that registered in between.
         # A blip here just skips one prune; the next caller does it.
-        return pool_for(self.config).run(_cleanup)
+        return self.runtime.pool.run(_cleanup)
 
 
 def _cleanup(conn: Conn) -> int:

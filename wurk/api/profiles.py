@@ -29,8 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from wurk.api.common import resolve, text, to_float, to_int
-from wurk.redis.pools import pool_for
+from wurk.redis.runtime import runtime_for
 from wurk.settings.config import Config
 from wurk.wire import keys
 from wurk.wire.profile_data import (
@@ -40,6 +39,7 @@ from wurk.wire.profile_data import (
     gunzip,
     safe_file_name,
 )
+from wurk.wire.replies import resolve, text, to_float, to_int
 
 FIELDS = ("started_at", "token", "type", "jid", "filename", "elapsed", "size")
 # pstats' own sort names for the orders ``top`` offers.
@@ -103,17 +103,18 @@ class ProfileSet:
 
     def __init__(self, *, config: Config | None = None) -> None:
         self.config = resolve(config)
+        self.runtime = runtime_for(self.config)
 
     def prune(self, now: float | None = None) -> int:
         """Drop expired keys from the index; returns how many went."""
         stamp = repr(time.time() if now is None else now)
         # Replaying it later can only remove what has expired by then too.
-        return int(pool_for(self.config).call("ZREMRANGEBYSCORE", keys.PROFILES, "-inf", stamp,
+        return int(self.runtime.pool.call("ZREMRANGEBYSCORE", keys.PROFILES, "-inf", stamp,
                                          idempotent=True))
 
     def __len__(self) -> int:
         self.prune()
-        return int(pool_for(self.config).call("ZCARD", keys.PROFILES, idempotent=True))
+        return int(self.runtime.pool.call("ZCARD", keys.PROFILES, idempotent=True))
 
     def __iter__(self) -> Iterator[ProfileRecord]:
         return iter(self.entries())
@@ -121,19 +122,19 @@ class ProfileSet:
     def entries(self, limit: int = 100) -> list[ProfileRecord]:
         """Up to ``limit`` live profiles, the latest written first."""
         self.prune()
-        reply = pool_for(self.config).call("ZREVRANGE", keys.PROFILES, 0, limit - 1, "WITHSCORES",
+        reply = self.runtime.pool.call("ZREVRANGE", keys.PROFILES, 0, limit - 1, "WITHSCORES",
                                       idempotent=True)
         pairs = [(text(m), float(s)) for m, s in zip(reply[::2], reply[1::2], strict=True)]
         if not pairs:
             return []
-        rows = pool_for(self.config).pipeline([("HMGET", key, *FIELDS) for key, _ in pairs],
+        rows = self.runtime.pool.pipeline([("HMGET", key, *FIELDS) for key, _ in pairs],
                                          idempotent=True)
         return [ProfileRecord.from_fields(key, row, expires)
                 for (key, expires), row in zip(pairs, rows, strict=True)
                 if any(value is not None for value in row)]
 
     def fetch(self, key: str) -> ProfileRecord:
-        expires, row = pool_for(self.config).pipeline(
+        expires, row = self.runtime.pool.pipeline(
             [("ZSCORE", keys.PROFILES, key), ("HMGET", key, *FIELDS)], idempotent=True)
         if all(value is None for value in row):
             raise ProfileNotFoundError(key)
@@ -142,11 +143,11 @@ class ProfileSet:
     def data(self, key: str) -> bytes:
         """The profile's data, unzipped (a pstats dump for ``cprofile``)."""
         # The size first: a value too big to use is never fetched.
-        size = int(pool_for(self.config).call("HSTRLEN", key, "data", idempotent=True))
+        size = int(self.runtime.pool.call("HSTRLEN", key, "data", idempotent=True))
         if size > MAX_STORED_BYTES:
             raise ProfileDataError(f"cannot read profile {key!r}: its data is larger than "
                                    f"{MAX_STORED_BYTES} bytes")
-        raw = pool_for(self.config).call("HGET", key, "data", idempotent=True)
+        raw = self.runtime.pool.call("HGET", key, "data", idempotent=True)
         if raw is None:
             raise ProfileNotFoundError(key)
         try:

@@ -8,7 +8,8 @@ Duties:
 3. Pause and unpause through the ``paused`` SET that wurk's fetchers (and
    Sidekiq Pro's) skip.
 4. Browse newest first in pages of 50 as :class:`JobRecord`, find a job by
-   jid, and clear the queue (UNLINK the list, SREM its name).
+   jid, and clear the queue (SREM its name; each job removed with what it
+   holds, a chunk at a time: ``wurk.api.removal``).
 """
 
 from __future__ import annotations
@@ -16,13 +17,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from wurk.api.common import resolve, sscan_all
+from wurk.api import removal
 from wurk.api.errors import JobNotFoundError, UnknownQueueError
 from wurk.api.records import JobRecord
-from wurk.redis.pools import pool_for
+from wurk.redis.runtime import runtime_for
 from wurk.settings.config import Config
 from wurk.wire import keys
 from wurk.wire.payload import latency_of
+from wurk.wire.replies import resolve, sscan_all
 
 PAGE_SIZE = 50
 
@@ -31,6 +33,7 @@ class Queue:
     def __init__(self, name: str = "default", *, config: Config | None = None) -> None:
         self.name = name
         self.config = resolve(config)
+        self.runtime = runtime_for(self.config)
         self.key = keys.queue(name)
 
     def __repr__(self) -> str:
@@ -46,7 +49,7 @@ class Queue:
     def all(cls, *, config: Config | None = None) -> list[Queue]:
         """Every queue in the ``queues`` SET, sorted by name."""
         cfg = resolve(config)
-        names = pool_for(cfg).run(lambda c: sscan_all(c, keys.QUEUES), idempotent=True)
+        names = runtime_for(cfg).pool.run(lambda c: sscan_all(c, keys.QUEUES), idempotent=True)
         return [cls(name, config=cfg) for name in names]
 
     @classmethod
@@ -61,35 +64,35 @@ class Queue:
     @property
     def exists(self) -> bool:
         """Listed in ``queues`` (a queue may be known and empty)."""
-        pool = pool_for(self.config)
+        pool = self.runtime.pool
         return bool(pool.call("SISMEMBER", keys.QUEUES, self.name, idempotent=True))
 
     @property
     def size(self) -> int:
-        return int(pool_for(self.config).call("LLEN", self.key, idempotent=True))
+        return int(self.runtime.pool.call("LLEN", self.key, idempotent=True))
 
     def __len__(self) -> int:
         return self.size
 
     @property
     def latency(self) -> float:
-        oldest = pool_for(self.config).call("LINDEX", self.key, -1, idempotent=True)
+        oldest = self.runtime.pool.call("LINDEX", self.key, -1, idempotent=True)
         return latency_of(oldest)
 
     # -- pause (the Pro ``paused`` SET, spec §12) -----------------------
     @property
     def paused(self) -> bool:
-        return bool(pool_for(self.config).call("SISMEMBER", keys.PAUSED, self.name,
+        return bool(self.runtime.pool.call("SISMEMBER", keys.PAUSED, self.name,
                                           idempotent=True))
 
     def pause(self) -> None:
         """Fetchers stop taking from this queue (within a second); running jobs go on."""
         # Replay-safe: adding a member that is already there changes nothing.
-        pool_for(self.config).call("SADD", keys.PAUSED, self.name, idempotent=True)
+        self.runtime.pool.call("SADD", keys.PAUSED, self.name, idempotent=True)
 
     def unpause(self) -> None:
         # Replay-safe: removing an absent member changes nothing.
-        pool_for(self.config).call("SREM", keys.PAUSED, self.name, idempotent=True)
+        self.runtime.pool.call("SREM", keys.PAUSED, self.name, idempotent=True)
 
     # -- browsing ---------------------------------------------------------
     def __iter__(self) -> Iterator[JobRecord]:
@@ -112,7 +115,7 @@ class Queue:
             shrunk = max(0, initial - self.size)
 
     def _range(self, start: int, stop: int) -> list[Any]:
-        replies: list[Any] = pool_for(self.config).call("LRANGE", self.key, max(0, start), stop,
+        replies: list[Any] = self.runtime.pool.call("LRANGE", self.key, max(0, start), stop,
                                                    idempotent=True)
         return replies
 
@@ -123,10 +126,14 @@ class Queue:
             raise JobNotFoundError(jid, f"queue {self.name!r}")
         return found
 
-    def clear(self) -> None:
-        """Drop every job and forget the queue name, as Sidekiq's Queue#clear."""
-        # Not replay-safe: a replay after a lost reply would UNLINK whatever a
-        # producer pushed in between.
-        pool_for(self.config).pipeline([("UNLINK", self.key), ("SREM", keys.QUEUES, self.name)],
-                                  transaction=True)
+    def clear(self) -> int:
+        """Drop every job and forget the queue name, as Sidekiq's Queue#clear; how
+        many jobs this call removed.
+
+        Unlike Sidekiq's UNLINK, each job ends with what it holds (its unique
+        lock, its batch count, its result waiters: ``wurk.api.removal``), a
+        chunk of jobs per script, so a big queue never holds Redis for long.
+        Jobs pushed meanwhile stay.
+        """
+        return removal.clear(self.runtime, self.key, queue=self.name)
 

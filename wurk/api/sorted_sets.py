@@ -4,12 +4,16 @@ Duties:
 1. Browse a ZSET by score in pages of 50, resuming each page from the last
    (score, member) seen rather than from a rank, so entries moved or
    deleted during the walk (``retry_all``, ``kill_all``) skip nothing.
-2. Find an entry by jid, or every entry containing a substring (ZSCAN
-   MATCH ``*substring*``), as :class:`SortedEntry` objects that act on
+2. Find an entry by jid (or by the ``raw-<digest>`` handle of one with
+   none), or every entry containing a substring (ZSCAN MATCH
+   ``*substring*``), as :class:`SortedEntry` objects that act on
    themselves (see ``wurk.api.entries``).
-3. Clear a set; retry or kill every entry; and, on the morgue, kill a
+3. Clear a set, a chunk at a time, releasing what its jobs hold
+   (``wurk.api.removal``; a dead entry's note goes with it); retry or kill
+   every entry; and, on the morgue, kill a
    payload with Sidekiq's size and age caps (``dead_max_jobs``,
-   ``dead_timeout``).
+   ``dead_timeout``). The morgue's entries come with the notes wurk wrote
+   for those it keeps as raw bytes, read a page at a time (:meth:`annotate`).
 """
 
 from __future__ import annotations
@@ -18,15 +22,16 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from wurk.api.common import contains_pattern, resolve, score_pairs, zscan_all
+from wurk.api import removal
 from wurk.api.entries import SortedEntry, run_death_handlers
 from wurk.api.errors import JobNotFoundError
 from wurk.push.client import Client
-from wurk.redis.pools import pool_for
+from wurk.redis.runtime import runtime_for
 from wurk.runtime.retry import kill as kill_into_dead
 from wurk.settings.config import Config
-from wurk.wire import keys
+from wurk.wire import dead_notes, keys
 from wurk.wire.payload import dumps, parse_item
+from wurk.wire.replies import contains_pattern, resolve, score_pairs, zscan_all
 
 PAGE_SIZE = 50
 Row = tuple[float, bytes]
@@ -80,6 +85,7 @@ class SortedSet:
         if not self.name:
             raise ValueError("a SortedSet needs a key name")
         self.config = resolve(config)
+        self.runtime = runtime_for(self.config)
         self._client: Client | None = None
 
     def __repr__(self) -> str:
@@ -95,7 +101,7 @@ class SortedSet:
 
     @property
     def size(self) -> int:
-        return int(pool_for(self.config).call("ZCARD", self.name, idempotent=True))
+        return int(self.runtime.pool.call("ZCARD", self.name, idempotent=True))
 
     def __len__(self) -> int:
         return self.size
@@ -107,35 +113,82 @@ class SortedSet:
     def entries(self, *, descending: bool = False) -> Iterator[SortedEntry]:
         walk = _Walk(descending)
         while True:
-            reply = pool_for(self.config).call(*walk.command(self.name), idempotent=True)
+            reply = self.runtime.pool.call(*walk.command(self.name), idempotent=True)
             rows = [(at, member) for member, at in score_pairs(reply)]
             fresh, done = walk.advance(rows)
-            for at, member in fresh:
-                yield SortedEntry(self, at, member)
+            yield from self.annotate([SortedEntry(self, at, member) for at, member in fresh])
             if done:
                 return
 
+    def annotate(self, entries: list[SortedEntry]) -> list[SortedEntry]:
+        """``entries``, each with its dead note read (one HMGET for them all)."""
+        if self.name != keys.DEAD or not entries:
+            return entries
+        notes = self.runtime.pool.call(
+            "HMGET", keys.DEAD_NOTES, *(dead_notes.digest(e.value) for e in entries),
+            idempotent=True)
+        for entry, note in zip(entries, notes, strict=True):
+            entry._note = dead_notes.parse_note(note)
+        return entries
+
     def find_job(self, jid: str, *, must_exist: bool = False) -> SortedEntry | None:
-        """The entry whose payload has ``jid`` (ZSCAN for the jid, then an exact check)."""
-        for entry in self.scan(jid):
+        """The entry whose payload has ``jid`` (ZSCAN for the jid, then an exact
+        check), or whose :attr:`~SortedEntry.handle` is ``jid``."""
+        found = self._by_handle(jid) if dead_notes.is_handle(jid) else None
+        for entry in [] if found else self.scan(jid):
             if entry.jid == jid:
-                return entry
-        if must_exist:
+                found = entry
+                break
+        if found is None and must_exist:
             raise JobNotFoundError(jid, f"the {self.name!r} set")
+        return found
+
+    def _by_handle(self, handle: str) -> SortedEntry | None:
+        """A whole-set ZSCAN: handles name entries with no jid, rare and few."""
+        rows = self.runtime.pool.run(lambda c: zscan_all(c, self.name, "*"),
+                                         idempotent=True)
+        for member, at in rows:
+            if dead_notes.handle(member) == handle:
+                return self.annotate([SortedEntry(self, at, member)])[0]
         return None
 
     def scan(self, substring: str) -> list[SortedEntry]:
         """Entries whose raw JSON contains ``substring``, by score."""
         pattern = contains_pattern(substring)
-        rows = pool_for(self.config).run(lambda c: zscan_all(c, self.name, pattern),
+        rows = self.runtime.pool.run(lambda c: zscan_all(c, self.name, pattern),
                                     idempotent=True)
-        return [SortedEntry(self, at, member)
-                for member, at in sorted(rows, key=lambda row: (row[1], row[0]))]
+        return self.annotate([SortedEntry(self, at, member)
+                              for member, at in sorted(rows, key=lambda row: (row[1], row[0]))])
 
-    def clear(self) -> None:
-        # Not replay-safe: a replay after a lost reply would UNLINK entries
-        # added in between (a fresh failure, a new scheduled job).
-        pool_for(self.config).call("UNLINK", self.name)
+    def clear(self) -> int:
+        """Remove every entry, with what each job holds (its unique lock, its batch
+        count, its result waiters: ``wurk.api.removal``), a chunk at a time;
+        how many this call removed. Entries added meanwhile stay."""
+        return removal.clear(self.runtime, self.name)
+
+    def _kill_all(self) -> int:
+        """Move every entry to the morgue, a chunk per script; how many this caller moved."""
+        moved = 0
+        for chunk in _chunks(self.entries(), removal.CHUNK):
+            flags = removal.remove(self.runtime, self.name, removal.ZSET,
+                                   [entry.value for entry in chunk],
+                                   removal.Ending(self.name, killed=True), idempotent=True)
+            for entry, flag in zip(chunk, flags, strict=True):
+                if flag:
+                    run_death_handlers(self.config, entry.item)
+            moved += sum(flags)
+        return moved
+
+
+def _chunks(entries: Iterator[SortedEntry], size: int) -> Iterator[list[SortedEntry]]:
+    chunk: list[SortedEntry] = []
+    for entry in entries:
+        chunk.append(entry)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
 
 
 class ScheduledSet(SortedSet):
@@ -146,6 +199,10 @@ class ScheduledSet(SortedSet):
     def add_all_to_queue(self) -> int:
         """Push every scheduled job now; returns how many this caller pushed."""
         return sum(entry.add_to_queue() for entry in self)
+
+    def kill_all(self) -> int:
+        """Move every scheduled job to the morgue; returns how many this caller moved."""
+        return self._kill_all()
 
 
 class _Retryable(SortedSet):
@@ -161,7 +218,7 @@ class RetrySet(_Retryable):
 
     def kill_all(self) -> int:
         """Move every entry to the morgue; returns how many this caller moved."""
-        return sum(entry.kill() for entry in self)
+        return self._kill_all()
 
 
 class DeadSet(_Retryable):
@@ -185,7 +242,7 @@ class DeadSet(_Retryable):
         is False.
         """
         raw = job if isinstance(job, bytes | str) else dumps(dict(job))
-        kill_into_dead(self.config, raw, time.time())
+        kill_into_dead(self.runtime, raw, time.time())
         if notify_failure:
             item = dict(job) if isinstance(job, Mapping) else parse_item(raw)
             run_death_handlers(self.config, item or {})

@@ -19,11 +19,11 @@ from __future__ import annotations
 from datetime import UTC, date, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from wurk.api.common import resolve, sscan_all, text, to_int
-from wurk.redis.pools import pool_for
+from wurk.redis.runtime import runtime_for
 from wurk.settings.config import Config
 from wurk.wire import keys
 from wurk.wire.payload import latency_of
+from wurk.wire.replies import resolve, sscan_all, text, to_int
 
 if TYPE_CHECKING:
     from wurk.redis.connection import Conn
@@ -37,10 +37,11 @@ class Stats:
 
     def __init__(self, *, config: Config | None = None) -> None:
         self.config = resolve(config)
+        self.runtime = runtime_for(self.config)
         self.refresh()
 
     def refresh(self) -> None:
-        replies = pool_for(self.config).pipeline([
+        replies = self.runtime.pool.pipeline([
             ("GET", keys.STAT_PROCESSED), ("GET", keys.STAT_FAILED),
             ("ZCARD", keys.SCHEDULE), ("ZCARD", keys.RETRY), ("ZCARD", keys.DEAD),
             ("SCARD", keys.PROCESSES), ("LINDEX", keys.queue("default"), -1),
@@ -63,12 +64,12 @@ class Stats:
 
     def _slow_stats(self) -> dict[str, int]:
         if self._slow is None:
-            self._slow = pool_for(self.config).run(_read_slow, idempotent=True)
+            self._slow = self.runtime.pool.run(_read_slow, idempotent=True)
         return self._slow
 
     def queues(self) -> dict[str, int]:
         """Queue name to size, largest first (ties by name)."""
-        sizes = pool_for(self.config).run(_queue_sizes, idempotent=True)
+        sizes = self.runtime.pool.run(_queue_sizes, idempotent=True)
         return dict(sorted(sizes.items(), key=lambda kv: (-kv[1], kv[0])))
 
     def reset(self, *names: str) -> None:
@@ -79,7 +80,7 @@ class Stats:
         pairs = [x for name in (names or tuple(COUNTERS)) for x in (COUNTERS[name], 0)]
         # Not replay-safe: a replay after a lost reply would zero the counters
         # again, discarding whatever the fleet counted in between.
-        pool_for(self.config).call("MSET", *pairs)
+        self.runtime.pool.call("MSET", *pairs)
         self.refresh()
 
 
@@ -106,6 +107,7 @@ class History:
         self.days = days
         self.start_date = start_date or datetime.now(UTC).date()
         self.config = resolve(config)
+        self.runtime = runtime_for(self.config)
 
     @property
     def dates(self) -> list[str]:
@@ -122,7 +124,7 @@ class History:
 
     def _per_day(self, stat: str) -> dict[str, int]:
         dates = self.dates
-        values: list[Any] = pool_for(self.config).call(
+        values: list[Any] = self.runtime.pool.call(
             "MGET", *(keys.daily_stat(stat, day) for day in dates), idempotent=True)
         return {day: to_int(value) for day, value in zip(dates, values, strict=True)}
 
@@ -133,7 +135,7 @@ INFO_FIELDS = ("redis_version", "uptime_in_days", "uptime_in_seconds", "connecte
 
 def redis_info(*, config: Config | None = None) -> dict[str, str]:
     """INFO's ``name:value`` lines for :data:`INFO_FIELDS` (those the server sent)."""
-    reply = pool_for(resolve(config)).call("INFO", idempotent=True)
+    reply = runtime_for(resolve(config)).pool.call("INFO", idempotent=True)
     if isinstance(reply, dict):  # a client that parses INFO itself
         pairs = [(str(k), text(v)) for k, v in reply.items()]
     else:

@@ -10,8 +10,11 @@ Duties:
    ``info``), sorted by identity, pruning the members whose hash expired;
    look one up by identity, raising :class:`UnknownSwarmError`.
 2. :class:`SwarmProcess`: read ``info`` (hostname, pid, started_at, slots,
-   topology, restarts per slot and index), ``beat``, ``state`` and
-   ``children`` leniently: a bad field reads as empty, never as an error.
+   topology, restarts per slot and index, beat interval), ``beat``,
+   ``state`` and ``children`` leniently: a bad field reads as empty, never
+   as an error. A swarm whose last beat is more than two of its beat
+   intervals old is ``stale``: its parent was killed or hangs, though its
+   hash has not expired yet.
 3. Remote control: ``quiet``/``stop``/``restart`` queue TSTP/TERM/USR1 on
    ``<identity>-signals`` (LPUSH + EXPIRE 60 in one MULTI); the parent picks
    one up per heartbeat interval and acts on every child; ``scale`` queues
@@ -21,20 +24,25 @@ Duties:
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from wurk.api.common import resolve, send_signal, sscan_all, text, to_float, to_int
 from wurk.api.errors import UnknownProcessError
-from wurk.redis.pools import pool_for
+from wurk.core.validate import is_number
+from wurk.redis.runtime import runtime_for
 from wurk.settings.config import Config
 from wurk.wire import keys
+from wurk.wire.replies import resolve, send_signal, sscan_all, text, to_float, to_int
 
 if TYPE_CHECKING:
     from wurk.redis.connection import Conn
 
 # The hash fields a reader needs, in the order SwarmProcess.from_fields expects.
 FIELDS = ("info", "beat", "state", "children")
+# A swarm of a wurk that did not write its interval beats at the default.
+DEFAULT_BEAT_INTERVAL = 5.0
+MISSED_BEATS = 2
 
 
 class UnknownSwarmError(UnknownProcessError):
@@ -54,6 +62,7 @@ class SwarmProcess:
         self.info = info
         self.fields = fields
         self.config = resolve(config)
+        self.runtime = runtime_for(self.config)
 
     @classmethod
     def from_fields(cls, identity: str, values: Sequence[Any], *,
@@ -114,8 +123,22 @@ class SwarmProcess:
         return to_float(self.fields.get("beat"))
 
     @property
+    def beat_interval(self) -> float:
+        interval = self.info.get("beat_interval")
+        if not is_number(interval) or not 0 < interval < 3600:
+            return DEFAULT_BEAT_INTERVAL
+        return float(interval)
+
+    def stale(self, now: float | None = None) -> bool:
+        """No beat for more than two intervals: the parent is gone or stuck."""
+        at = time.time() if now is None else now
+        return at - self.beat > MISSED_BEATS * self.beat_interval
+
+    @property
     def state(self) -> str:
-        """``running``, ``quiet`` or ``draining``."""
+        """``running``, ``quiet``, ``draining``, or ``stale`` when its beats stopped."""
+        if self.stale():
+            return "stale"
         return self.fields.get("state") or "running"
 
     @property
@@ -146,7 +169,7 @@ class SwarmProcess:
         self.signal(f"{name}:{slot}" if slot else name)
 
     def signal(self, name: str) -> None:
-        send_signal(self.config, self.identity, name)
+        send_signal(self.runtime.pool, self.identity, name)
 
 
 class SwarmSet:
@@ -154,10 +177,11 @@ class SwarmSet:
 
     def __init__(self, *, config: Config | None = None) -> None:
         self.config = resolve(config)
+        self.runtime = runtime_for(self.config)
 
     def __iter__(self) -> Iterator[SwarmProcess]:
         """Live swarms, sorted by identity; members whose beat expired are pruned."""
-        swarms, expired = pool_for(self.config).run(self._read_all, idempotent=True)
+        swarms, expired = self.runtime.pool.run(self._read_all, idempotent=True)
         if expired:
             self.prune(expired)
         return iter(swarms)
@@ -181,19 +205,19 @@ class SwarmSet:
         the set until its next beat re-adds it (one heartbeat interval).
         """
         # Replay-safe: removing an absent member changes nothing.
-        return int(pool_for(self.config).call("SREM", keys.SWARMS, *identities, idempotent=True))
+        return int(self.runtime.pool.call("SREM", keys.SWARMS, *identities, idempotent=True))
 
     @property
     def size(self) -> int:
         """SCARD ``wurk:swarms``: unpruned until the next iteration."""
-        return int(pool_for(self.config).call("SCARD", keys.SWARMS, idempotent=True))
+        return int(self.runtime.pool.call("SCARD", keys.SWARMS, idempotent=True))
 
     def __len__(self) -> int:
         return self.size
 
     def get(self, identity: str) -> SwarmProcess | None:
         """The live swarm ``identity``: registered and beat unexpired, else None."""
-        member, row = pool_for(self.config).pipeline(
+        member, row = self.runtime.pool.pipeline(
             [("SISMEMBER", keys.SWARMS, identity), ("HMGET", identity, *FIELDS)],
             idempotent=True)
         return SwarmProcess.from_fields(identity, row, config=self.config) if member else None

@@ -17,12 +17,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from wurk.api.common import hash_items, resolve, sscan_all, text, to_int
 from wurk.api.records import JobRecord
-from wurk.redis.pools import pool_for
+from wurk.redis.runtime import runtime_for
 from wurk.settings.config import Config
 from wurk.wire import keys
 from wurk.wire.payload import dumps, to_seconds
+from wurk.wire.replies import hash_items, resolve, sscan_all, text, to_int
 
 if TYPE_CHECKING:
     from wurk.redis.connection import Conn
@@ -77,15 +77,16 @@ class Workers:
 
     def __init__(self, *, config: Config | None = None) -> None:
         self.config = resolve(config)
+        self.runtime = runtime_for(self.config)
 
     def __iter__(self) -> Iterator[WorkEntry]:
-        entries = pool_for(self.config).run(lambda c: _read_work(c, self.config), idempotent=True)
+        entries = self.runtime.pool.run(lambda c: _read_work(c, self.config), idempotent=True)
         return iter(sorted(entries, key=lambda e: (e.work.run_at, e.process, e.thread)))
 
     @property
     def size(self) -> int:
         """Jobs in flight: the sum of ``busy`` over ``processes`` (as of each last beat)."""
-        return int(pool_for(self.config).run(_busy_total, idempotent=True))
+        return int(self.runtime.pool.run(_busy_total, idempotent=True))
 
     def __len__(self) -> int:
         return self.size

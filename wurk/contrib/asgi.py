@@ -14,9 +14,10 @@ Duties:
    context manager per app), or one to enter inside your own.
 3. :func:`with_workers`: the same for a bare ASGI app: it answers the
    ``lifespan`` messages itself and hands every other scope to the app.
-4. :func:`enqueue`: ``job.perform_async(*args)`` in a worker thread, so an
-   async handler does not block the loop on Redis. wurk has no async client
-   yet; this is the stand-in until it does.
+4. At the end of the app's lifespan, close the loop's default
+   :class:`wurk.AsyncClient` (the one ``await job.aperform_async(...)``
+   pushes through in async handlers), so its buffered pushes are flushed,
+   or spooled, while the loop still runs, and the loop's limiter pools.
 """
 
 from __future__ import annotations
@@ -25,10 +26,12 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from supervisor.hosting import HostedSwarm
 from supervisor.topology import Topology
+from wurk.limiter.awaiting import aclose as close_limiter_pools
+from wurk.push.aclient import close_default
 from wurk.runtime.embedded import Embedded
 from wurk.settings.config import Config
 
@@ -37,10 +40,6 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-
-
-class Pushable(Protocol):
-    def perform_async(self, *args: Any) -> str | None: ...
 
 
 class Workers:
@@ -66,10 +65,14 @@ class Workers:
         return HostedSwarm(self.topology).start()
 
     async def stop(self) -> None:
-        """Drain (off the event loop); does nothing when not started."""
+        """Drain (off the event loop), then close the loop's default AsyncClient."""
         runner, self.runner = self.runner, None
-        if runner is not None:
-            await asyncio.to_thread(runner.stop)
+        try:
+            if runner is not None:
+                await asyncio.to_thread(runner.stop)
+        finally:
+            await close_default()
+            await close_limiter_pools()
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: object = None) -> AsyncIterator[None]:
@@ -127,7 +130,3 @@ def with_workers(app: ASGIApp, topology: str | Path | Topology | None = None, *,
     """A bare ASGI ``app`` whose lifespan starts and drains workers."""
     return Workers(topology, embedded=embedded, config=config).wrap(app)
 
-
-async def enqueue(job: Pushable, *args: Any) -> str | None:
-    """``await enqueue(send_email, 42)``: the push runs in a thread, not on the loop."""
-    return await asyncio.to_thread(job.perform_async, *args)

@@ -12,6 +12,8 @@ Duties:
 3. :attr:`Wurk.config` and :attr:`Wurk.client`: the current app's.
 4. :meth:`Wurk.start_embedded`: worker threads inside this process (no
    fork), for a small app or a server's post-fork hook; stopped at exit.
+   It needs no application context: in an app factory it is called right
+   after ``init_app``, where there is none, and takes that app's config.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 try:
-    from flask import Flask, current_app
+    from flask import Flask, current_app, has_app_context
 except ImportError as exc:  # pragma: no cover - depends on the install
     raise ImportError("wurk.contrib.flask needs Flask: pip install 'wurk[flask]'") from exc
 
@@ -55,14 +57,16 @@ class State:
 class Wurk:
     def __init__(self, app: Flask | None = None, *, default: bool = True) -> None:
         self.default = default
+        self._latest: Flask | None = None  # the app start_embedded() means outside a context
         if app is not None:
             self.init_app(app)
 
     def init_app(self, app: Flask) -> None:
         config = config_from(app.config)
         if self.default:
-            configure(config)
+            config = configure(config)
         app.extensions["wurk"] = State(config)
+        self._latest = app
 
     @property
     def config(self) -> Config:
@@ -72,9 +76,15 @@ class Wurk:
     def client(self) -> Client:
         return _state().client
 
-    def start_embedded(self) -> Embedded:
-        """Worker threads in this process, on the current app's config."""
-        return Embedded(self.config).start()
+    def start_embedded(self, app: Flask | None = None) -> Embedded:
+        """Worker threads in this process, on ``app``'s config: by default the
+        current app's, or outside an app context the app last initialised."""
+        if app is None and not has_app_context():
+            app = self._latest
+        if app is None:
+            return Embedded(self.config).start()  # the current app's, or a clear error
+        with app.app_context():
+            return Embedded(_state().config).start()
 
 
 def config_from(app_config: dict[str, Any]) -> Config:

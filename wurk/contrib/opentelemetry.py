@@ -33,6 +33,8 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Literal
 
+from wurk.core.validate import is_whole
+
 try:
     from opentelemetry import context as otel_context
     from opentelemetry import propagate, trace
@@ -109,7 +111,7 @@ def attributes(payload: Mapping[str, Any], queue: str, operation: str) -> dict[s
     if isinstance(jid, str):
         attrs["messaging.message.id"] = jid[:MAX_TEXT]
     count = payload.get("retry_count")
-    if isinstance(count, int) and not isinstance(count, bool) and abs(count) <= MAX_COUNT:
+    if is_whole(count) and abs(count) <= MAX_COUNT:
         attrs["messaging.sidekiq.retry_count"] = count
     return attrs
 

@@ -28,6 +28,8 @@ _SECRET_KEY = re.compile(r"pass|secret|token|credential", re.IGNORECASE)
 URL_KEYS = frozenset({"redis_url", "metrics_url", "sentinels"})
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 _URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://\S+")
+# Sentence punctuation that ends a URL quoted in text ("... to URL: Error 111").
+_TRAILING = re.compile(r"[:,.;)\]'\"]+$")
 # ?password=..., &ssl_password=..., ;auth_token=... up to the next separator.
 _SECRET_PARAM = re.compile(r"([?&;][^=&;#]*(?:pass|secret|token|auth)[^=&;#]*=)[^&;#]*",
                            re.IGNORECASE)
@@ -54,7 +56,16 @@ def redact_url(url: str) -> str:
 
 def redact_text(text: str) -> str:
     """``text`` with every ``scheme://...`` token in it redacted."""
-    return _URL_IN_TEXT.sub(lambda match: redact_url(match.group()), text)
+    return _URL_IN_TEXT.sub(_redact_token, text)
+
+
+def _redact_token(match: re.Match[str]) -> str:
+    # The punctuation after a quoted URL is the sentence's, not the password's:
+    # keep it outside the mask so the message still reads.
+    token = match.group()
+    tail = _TRAILING.search(token)
+    end = tail.start() if tail else len(token)
+    return redact_url(token[:end]) + token[end:]
 
 
 def is_secret_key(key: str) -> bool:

@@ -6,7 +6,8 @@ Duties:
    SystemExit or a RecursionError out of library code included) has died.
 2. A death is logged as ``thread.died`` with the role and the error, and the
    loop is started again on the same thread after a pause (``thread.replaced``).
-   The pause doubles, up to :data:`RESTART_PAUSE_MAX`, while a loop keeps
+   The pause (a :class:`~wurk.core.backoff.Backoff`) doubles from
+   :data:`RESTART_PAUSE` up to :data:`RESTART_PAUSE_MAX` while a loop keeps
    dying soon after each restart. A loop whose owner already asked it to stop
    (``stopped()``) is not restarted.
 3. ``dead()`` names the roles whose loop is down: from a death until its
@@ -29,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from wurk.core.backoff import Backoff
 from wurk.core.logging import get_logger
 
 log = get_logger("wurk.threads")
@@ -59,7 +61,8 @@ class _Entry:
     role: str
     loop: Callable[[], None]
     stopped: Callable[[], bool]
-    pause: float
+    # Counts the deaths in a row that came soon after a restart.
+    backoff: Backoff
     thread: threading.Thread = field(init=False)
     down: bool = False
 
@@ -79,7 +82,7 @@ class ThreadSupervisor:
     def start(self, role: str, loop: Callable[[], None], *,
               stopped: Callable[[], bool] = _never, name: str | None = None) -> threading.Thread:
         """Run ``loop`` on a new daemon thread under supervision; returns the thread."""
-        entry = _Entry(role, loop, stopped, RESTART_PAUSE)
+        entry = _Entry(role, loop, stopped, Backoff(first=RESTART_PAUSE, cap=RESTART_PAUSE_MAX))
         entry.thread = threading.Thread(target=self._run, args=(entry,),
                                         name=name or f"wurk-{role}", daemon=True)
         with self._lock:
@@ -103,22 +106,21 @@ class ThreadSupervisor:
             self._entries.discard(entry)
 
     def _died(self, entry: _Entry, exc: BaseException, ran: float) -> None:
-        entry.pause = RESTART_PAUSE if ran >= STABLE_RUN else entry.pause
+        entry.backoff = (entry.backoff.reset() if ran >= STABLE_RUN else entry.backoff).increment()
         with self._lock:
             entry.down = True
             self.deaths[entry.role] += 1
             self.last_death = {"role": entry.role, "thread": entry.thread.name,
                                "error": describe(exc)}
         log.error("thread.died", role=entry.role, thread=entry.thread.name, error=describe(exc),
-                  restart_in=None if entry.stopped() else entry.pause)
+                  restart_in=None if entry.stopped() else entry.backoff.pause())
 
     def _wait_to_restart(self, entry: _Entry) -> bool:
         """Sleep the restart pause; False when the owner asked the loop to stop meanwhile."""
-        deadline = time.monotonic() + entry.pause
+        deadline = time.monotonic() + entry.backoff.pause()
         while not entry.stopped():
             left = deadline - time.monotonic()
             if left <= 0:
-                entry.pause = min(RESTART_PAUSE_MAX, entry.pause * 2)
                 return True
             time.sleep(min(STOP_POLL, left))
         return False

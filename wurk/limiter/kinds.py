@@ -5,7 +5,8 @@ Duties:
    lease of ``lease`` seconds (a member of ``lmtr-cs:<name>`` scored by its
    expiry), so a holder killed with SIGKILL frees its slot when its lease
    runs out. ``lease`` is therefore the longest a block may hold the slot;
-   a longer holder calls ``permit.renew()``. Release is a second round trip.
+   a longer holder calls ``permit.renew()``. Release is a second round trip;
+   one Redis refused is sent again until it lands or the lease ends.
 2. :class:`Window`: at most ``limit`` admissions in any ``interval`` seconds
    (a sliding window, as Sidekiq Enterprise's window limiter).
 3. :class:`Bucket`: at most ``limit`` admissions per interval, the intervals
@@ -23,7 +24,6 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from wurk.core.logging import get_logger
 from wurk.limiter.base import Limiter, Permit, _number
 from wurk.limiter.policy import check_limit, check_seconds
 from wurk.wire import keys
@@ -39,8 +39,7 @@ from wurk.wire.limiter_lua import (
 if TYPE_CHECKING:
     from wurk.redis.connection import Conn
     from wurk.settings.config import Config
-
-log = get_logger("wurk.limiter")
+    from wurk.wire.lua import Script
 
 
 class Concurrent(Limiter):
@@ -65,25 +64,32 @@ class Concurrent(Limiter):
     def options(self) -> dict[str, Any]:
         return {"limit": int(self.limit), "lock_timeout": _number(self.lease)}
 
+    def release_request(self, permit: Permit) -> tuple[Script, list[str], list[Any]]:
+        return CONCURRENT_RELEASE, self._keys(), [permit.member, keys.LIMITER_TTL]
+
+    def lease_of(self) -> float:
+        return self.lease
+
     def release(self, permit: Permit) -> None:
-        """Free the slot; one round trip. A failure here is logged and left to
-        the lease, so it never hides the block's own outcome."""
-        cs, stats = self._keys()
+        """Free the slot; one round trip. A failure here never hides the block's
+        own outcome: it is logged, and kept to send again within the lease."""
+        request = self.release_request(permit)
+        script, release_keys, args = request
         try:
             # Replay-safe: a second ZREM finds nothing (it may count one overage).
-            self._run(lambda c: CONCURRENT_RELEASE.run(c, [cs, stats],
-                                                       [permit.member, keys.LIMITER_TTL]),
-                      idempotent=True)
-        except Exception as exc:  # noqa: BLE001 - the lease frees the slot in the end
-            log.warning("limiter.release_failed", limiter=self.name,
-                                               error=f"{type(exc).__name__}: {exc}")
+            self._run(lambda c: script.run(c, release_keys, args), idempotent=True)
+        except Exception as exc:  # noqa: BLE001 - kept and sent again, or left to the lease
+            self.release_refused(permit, request, exc)
 
     def renew(self, permit: Permit) -> bool:
         if permit.released:
             return False
         cs = keys.limiter_concurrent(self.name)
+        sent = time.monotonic()
         renewed = self._run(lambda c: CONCURRENT_RENEW.run(c, [cs], [permit.member, self.lease]),
                             idempotent=True)
+        if renewed:
+            permit.since = sent
         return bool(renewed)
 
     def usage(self, conn: Conn, now: float) -> dict[str, Any]:

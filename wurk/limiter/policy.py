@@ -21,6 +21,9 @@ import random
 import re
 from typing import Any
 
+from wurk.core.backoff import Backoff, Jitter
+from wurk.core.validate import is_number, is_whole
+
 NAME_PATTERN = re.compile(r"[\w\-:.#@]+", re.ASCII)
 MAX_NAME = 200
 MAX_LIMIT = 1_000_000_000
@@ -31,13 +34,16 @@ DEFAULT_RESCHEDULE = 20
 INTERVALS = {"second": 1, "minute": 60, "hour": 3600, "day": 86_400}
 POLL_MIN = 0.01
 POLL_MAX = 0.25
+# Without a hint: POLL_MIN doubling to POLL_MAX, then the lower half of the
+# range taken off at random, so a waiter never sleeps past POLL_MAX.
+POLLS = Backoff(first=POLL_MIN, cap=POLL_MAX, jitter=Jitter.SUBTRACT, spread=0.5)
 
 
 class LimiterArgumentError(ValueError):
     """A limiter was given a name, limit or duration it cannot work with."""
 
 
-def check_name(name: Any) -> str:
+def check_limiter_name(name: Any) -> str:
     """Letters, digits and ``_ - : . # @``, 1 to 200 characters (the Ruby ancestor's
     pattern, so a name is also a safe Redis key suffix)."""
     if not isinstance(name, str) or not name:
@@ -53,7 +59,7 @@ def check_name(name: Any) -> str:
 
 def check_limit(value: Any, what: str = "limit") -> int:
     """A whole number from 1 to a billion (bools are refused)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if not is_number(value):
         raise LimiterArgumentError(f"{what} must be a positive whole number, not {value!r:.60}")
     if not math.isfinite(value) or value != int(value) or not 1 <= value <= MAX_LIMIT:
         raise LimiterArgumentError(f"{what} must be a whole number from 1 to {MAX_LIMIT}, "
@@ -70,7 +76,7 @@ def check_seconds(value: Any, what: str, *, zero: bool = False,
     """
     if isinstance(value, str) and value in INTERVALS:
         value = INTERVALS[value]
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if not is_number(value):
         raise LimiterArgumentError(f"{what} must be a number of seconds (or one of "
                                    f"{', '.join(INTERVALS)}), not {value!r:.60}")
     low_ok = value >= 0 if zero else value > 0
@@ -83,8 +89,7 @@ def check_seconds(value: Any, what: str, *, zero: bool = False,
 
 def check_reschedule(value: Any) -> int:
     """How many times a job may be rescheduled for this limiter; 0 turns it off."""
-    if isinstance(value, bool) or not isinstance(value, int) or not \
-            0 <= value <= MAX_RESCHEDULE:
+    if not is_whole(value) or not 0 <= value <= MAX_RESCHEDULE:
         raise LimiterArgumentError(f"reschedule must be a whole number from 0 to "
                                    f"{MAX_RESCHEDULE}, not {value!r:.60}")
     return value
@@ -99,8 +104,7 @@ def poll_pause(attempt: int, hint: float | None, rng: random.Random) -> float:
     """
     if hint is not None and math.isfinite(hint):
         return max(hint, POLL_MIN) + rng.random() * POLL_MIN
-    ceiling: float = min(POLL_MAX, POLL_MIN * float(2 ** min(attempt - 1, 10)))
-    return ceiling / 2 + rng.random() * ceiling / 2
+    return POLLS.delay(attempt, rng)
 
 
 def reschedule_delay(overrated: int, rng: random.Random) -> float:
@@ -112,7 +116,7 @@ def overrated_count(value: Any) -> int:
     """The times a payload says it was rescheduled. Anything that is not a number
     of times (a string, a bool, negative, NaN) is 0; a number past every cap
     stays past it (so the job is not rescheduled again), whatever its size."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if not is_number(value):
         return 0
     if (isinstance(value, float) and math.isnan(value)) or value < 0:
         return 0

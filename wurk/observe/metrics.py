@@ -37,12 +37,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from wurk.core.logging import get_logger
 from wurk.limiter.base import reschedulable
-from wurk.redis.pools import pool_for
 from wurk.settings.addresses import parse_metrics_url
 from wurk.wire import keys
 from wurk.wire.payload import latency_of
 
 if TYPE_CHECKING:
+    from wurk.redis.runtime import Runtime
     from wurk.settings.config import Config
 
 log = get_logger("wurk.metrics")
@@ -346,10 +346,10 @@ def reset() -> None:
         metrics.reset()
 
 
-def beat_reporter(config: Config, queues: Sequence[str],
+def beat_reporter(runtime: Runtime, queues: Sequence[str],
                   tags: Tags = ()) -> Callable[[], None] | None:
     """The heartbeat's per-beat gauges (queue latency, RSS); None when metrics are off."""
-    metrics = for_config(config)
+    metrics = for_config(runtime.config)
     if metrics is None:
         return None
 
@@ -357,7 +357,7 @@ def beat_reporter(config: Config, queues: Sequence[str],
         values: list[Gauge] = []
         try:
             values += [(QUEUE_LATENCY, latency, (("queue", name),))
-                       for name, latency in queue_latencies(config, queues)]
+                       for name, latency in queue_latencies(runtime, queues)]
         except Exception as exc:  # noqa: BLE001 - Redis trouble: the next beat tries again
             log.warning("metrics.latency_failed", error=f"{type(exc).__name__}: {exc}")
         try:
@@ -371,11 +371,11 @@ def beat_reporter(config: Config, queues: Sequence[str],
     return report
 
 
-def queue_latencies(config: Config, queues: Sequence[str]) -> list[tuple[str, float]]:
+def queue_latencies(runtime: Runtime, queues: Sequence[str]) -> list[tuple[str, float]]:
     """Seconds the oldest job of each queue has waited (0 when empty), in one round trip."""
     if not queues:
         return []
-    oldest = pool_for(config).pipeline([("LINDEX", keys.queue(q), -1) for q in queues],
-                                  idempotent=True, attempts=1)
+    oldest = runtime.pool.pipeline([("LINDEX", keys.queue(q), -1) for q in queues],
+                                   idempotent=True, attempts=1)
     now = time.time()
     return [(q, max(0.0, latency_of(raw, now))) for q, raw in zip(queues, oldest, strict=True)]

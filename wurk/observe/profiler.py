@@ -31,11 +31,10 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from wurk.core.logging import get_logger
-from wurk.redis.pools import pool_for
 from wurk.wire import keys
 
 if TYPE_CHECKING:
-    from wurk.settings.config import Config
+    from wurk.redis.runtime import Runtime
 
 log = get_logger("wurk.profiler")
 T = TypeVar("T")
@@ -55,7 +54,7 @@ def token_of(job: Mapping[str, Any]) -> str | None:
     return None
 
 
-def profiled(config: Config, job: Mapping[str, Any], run: Callable[[], T]) -> T:
+def profiled(runtime: Runtime, job: Mapping[str, Any], run: Callable[[], T]) -> T:
     """``run()`` under cProfile when ``job`` asks for it, storing the profile afterwards."""
     token = token_of(job)
     if token is None:
@@ -72,12 +71,12 @@ def profiled(config: Config, job: Mapping[str, Any], run: Callable[[], T]) -> T:
         result = run()
     finally:
         profile.disable()
-    record(config, job, token, profile, started_at=started_at,
+    record(runtime, job, token, profile, started_at=started_at,
            elapsed=time.perf_counter() - started)
     return result
 
 
-def record(config: Config, job: Mapping[str, Any], token: str, profile: cProfile.Profile, *,
+def record(runtime: Runtime, job: Mapping[str, Any], token: str, profile: cProfile.Profile, *,
            started_at: float, elapsed: float) -> str | None:
     """Write one profile to Redis; returns its key, or None when the write failed."""
     jid = str(job.get("jid", ""))
@@ -85,18 +84,20 @@ def record(config: Config, job: Mapping[str, Any], token: str, profile: cProfile
     profile.create_stats()
     data = gzip.compress(marshal.dumps(profile.stats))
     key = keys.profile(token, jid)
-    ttl = config.profile_ttl
+    ttl = runtime.config.profile_ttl
     fields = {"started_at": int(started_at), "token": token, "type": PROFILE_TYPE, "jid": jid,
               "filename": filename(token, cls, jid, started_at),
               "elapsed": repr(round(elapsed, 6)), "data": data, "size": len(data)}
     commands = [
+        # Pruned here too, not only by readers: with no reader the index would only grow.
+        ("ZREMRANGEBYSCORE", keys.PROFILES, "-inf", repr(time.time())),
         ("ZADD", keys.PROFILES, repr(time.time() + ttl), key),
         ("HSET", key, *(x for pair in fields.items() for x in pair)),
         ("EXPIRE", key, ttl),
     ]
     try:
         # Exact members and values: sending it twice leaves the same state.
-        pool_for(config).pipeline(commands, transaction=True, idempotent=True)
+        runtime.pool.pipeline(commands, transaction=True, idempotent=True)
     except Exception as exc:  # noqa: BLE001 - the job already ran; only its profile is lost
         log.error("profile.write_failed", key=key, error=f"{type(exc).__name__}: {exc}")
         return None

@@ -18,7 +18,8 @@ Duties:
 4. ``aclose``: one last flush within ``push_flush_timeout``; then stop the
    drainer (a send in flight gets up to ``send_timeout`` to finish) and write
    what is left to the spool through :func:`~wurk.push.buffered.spool_left`,
-   as the sync buffer does at exit.
+   as the sync buffer does at exit (and warns as it does of the first push
+   kept for a Redis that never answered: :mod:`wurk.push.nowhere`).
 5. A loop that ends without ``aclose`` (``asyncio.run`` cancels the drainer)
    leaves its pushes to the interpreter's exit hook, which spools them
    without a last try (the loop that could send them is gone).
@@ -36,14 +37,15 @@ from collections.abc import Awaitable
 from typing import cast
 
 from wurk.push.buffered import (
-    DRAIN_PAUSE_MAX,
-    DRAIN_PAUSE_MIN,
+    DRAIN_BACKOFF,
     Backlog,
     PendingPush,
+    noticed,
     report_dropped,
     spool_left,
     still_sending,
 )
+from wurk.push.nowhere import Notice
 from wurk.push.spool import Destination
 from wurk.settings.hooks import RedisErrorHook
 
@@ -52,11 +54,15 @@ POLL = 0.01  # how often a flush looks at the buffer
 
 class AsyncPushBuffer:
     def __init__(self, capacity: int, flush_timeout: float, on_error: RedisErrorHook, *,
-                 spool: Destination | None = None, send_timeout: float = 5.0) -> None:
+                 spool: Destination | None = None, send_timeout: float = 5.0,
+                 notice: Notice | None = None) -> None:
         self.capacity = capacity
         self.flush_timeout = flush_timeout
         self.on_error = on_error
         self.spool = spool
+        self.notice = notice
+        # The spool file a PushSpooledWarning named, once one did.
+        self._spool_name: str | None = None
         self.send_timeout = send_timeout
         self._pid = os.getpid()
         self._backlog = Backlog(capacity)
@@ -79,6 +85,7 @@ class AsyncPushBuffer:
             # Once aclose spooled the buffer, nothing would send a kept push.
             if self._closed or not push.worth_keeping(exc):
                 raise
+            self._spool_name = noticed(self.notice, push) or self._spool_name
             self._keep(push)
             self._backlog.note_kept(push, exc)
 
@@ -89,7 +96,7 @@ class AsyncPushBuffer:
                 self._drain(), name="wurk-push-drainer")
 
     async def _drain(self) -> None:
-        pause = DRAIN_PAUSE_MIN
+        backoff = DRAIN_BACKOFF
         while self._backlog and not self._closed:
             push = self._backlog.head
             self._sending = push
@@ -98,12 +105,12 @@ class AsyncPushBuffer:
             except Exception as exc:  # noqa: BLE001 - the drainer outlives any one failure
                 if push.worth_keeping(exc):
                     self._sending = None
-                    await asyncio.sleep(pause)
-                    pause = min(DRAIN_PAUSE_MAX, pause * 2)
+                    backoff = backoff.increment()
+                    await asyncio.sleep(backoff.pause())
                     continue
                 report_dropped(push, exc, self.on_error)
             self._sending = None
-            pause = DRAIN_PAUSE_MIN
+            backoff = backoff.reset()
             self._backlog.done(push)
 
     async def flush(self, timeout: float | None = None) -> bool:
@@ -123,7 +130,7 @@ class AsyncPushBuffer:
             while self._sending is not None and time.monotonic() < deadline:
                 await asyncio.sleep(POLL)
             left = self.take_left()
-            await asyncio.to_thread(spool_left, self.spool, left)
+            await asyncio.to_thread(spool_left, self.spool, left, self._spool_name)
         self._closed = True
         if self._drainer is not None:
             self._drainer.cancel()
@@ -139,7 +146,7 @@ class AsyncPushBuffer:
 
     def spool_at_exit(self) -> None:
         if self._pid == os.getpid() and self._backlog:
-            spool_left(self.spool, self.take_left())
+            spool_left(self.spool, self.take_left(), self._spool_name)
 
 
 async def _sent(push: PendingPush) -> None:

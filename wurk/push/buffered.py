@@ -17,6 +17,8 @@ Duties:
    stop the drainer (letting a send in flight finish) and write what is
    left to the spool (:mod:`wurk.push.spool`), fsynced, logged at ERROR with the
    count and the file; only if that fails too are the jids logged as lost.
+   The first push a process keeps for a Redis that never answered also
+   warns (:mod:`wurk.push.nowhere`), naming the file it will go to.
 5. A forked child starts with an empty buffer, no drainer and fresh locks:
    the parent still owns and sends what it buffered.
 """
@@ -35,15 +37,18 @@ from dataclasses import dataclass
 from wurk.core import threads
 from wurk.core.logging import get_logger
 from wurk.push.confirmed import ConfirmedPush, PushNotConfirmedError
+from wurk.push.nowhere import Notice
 from wurk.push.spool import Destination, SpoolEntry, write_spool
-from wurk.redis.policy import ErrorKind, PoolExhausted, classify
+from wurk.redis.policy import ErrorKind, PoolExhausted, classify, trouble_backoff
 from wurk.redis.pool import RedisPool
+from wurk.settings.config import Config
 from wurk.settings.hooks import RedisErrorHook
 from wurk.wire import keys
 
 log = get_logger("wurk.push")
-DRAIN_PAUSE_MIN = 0.1
-DRAIN_PAUSE_MAX = 2.0
+# Between sends of a kept push while Redis stays away: 0.1 s doubling to 2 s,
+# jittered as any retry through Redis trouble (a fleet of clients lost it together).
+DRAIN_BACKOFF = trouble_backoff(0.1, 2.0)
 
 
 class PushBufferFullError(RuntimeError):
@@ -79,6 +84,12 @@ class PendingPush:
         if time.monotonic() - self.maybe_landed >= REPLAY_LIMIT:
             return False
         return isinstance(exc, PushNotConfirmedError) or classify(exc) is ErrorKind.IO
+
+
+def send_timeout(config: Config) -> float:
+    """How long one send of a buffered push can take: a dial, a reply, and the
+    replicas' confirmation (at exit, a send in flight is waited for that long)."""
+    return config.redis_connect_timeout + config.redis_read_timeout + config.push_replicas_timeout
 
 
 def unapplied(exc: BaseException) -> bool:
@@ -142,11 +153,13 @@ def still_sending(push: PendingPush) -> None:
 
 class PushBuffer:
     def __init__(self, pool: RedisPool, capacity: int, flush_timeout: float, *,
-                 spool: Destination | None = None, send_timeout: float = 5.0) -> None:
+                 spool: Destination | None = None, send_timeout: float = 5.0,
+                 notice: Notice | None = None) -> None:
         self.pool = pool
         self.capacity = capacity
         self.flush_timeout = flush_timeout
         self.spool = spool
+        self.notice = notice
         # How long one send can take: at exit, a send in flight is waited for.
         self.send_timeout = send_timeout
         # The process that owns what it buffers: set here, not at import, or
@@ -163,6 +176,8 @@ class PushBuffer:
         # Set at exit: the drainer stops, what is left goes to the spool.
         self._closed = False
         self._sending = False
+        # The spool file a PushSpooledWarning named, once one did.
+        self._spool_name: str | None = None
 
     def __len__(self) -> int:
         return len(self._backlog)
@@ -178,6 +193,7 @@ class PushBuffer:
             # Once the exit path spooled the buffer, nothing would send a kept push.
             if self._closed or not push.worth_keeping(exc):
                 raise
+            self._spool_name = noticed(self.notice, push) or self._spool_name
             with self._lock:
                 self._keep(push)
             self._backlog.note_kept(push, exc)
@@ -189,18 +205,18 @@ class PushBuffer:
             self._drainer = threads.start("push-drainer", self._drain)
 
     def _drain(self) -> None:
-        pause = DRAIN_PAUSE_MIN
+        backoff = DRAIN_BACKOFF
         while (push := self._next()) is not None:
             try:
                 push.send(1)
             except BaseException as exc:  # noqa: BLE001 - the drainer outlives any one failure
                 if push.worth_keeping(exc):
                     self._settle(push, done=False)
-                    time.sleep(pause)
-                    pause = min(DRAIN_PAUSE_MAX, pause * 2)
+                    backoff = backoff.increment()
+                    time.sleep(backoff.pause())
                     continue
                 self._report_dropped(push, exc)
-            pause = DRAIN_PAUSE_MIN
+            backoff = backoff.reset()
             self._settle(push, done=True)
 
     def _next(self) -> PendingPush | None:
@@ -253,7 +269,7 @@ class PushBuffer:
             return self._backlog.take_all()
 
     def _spool(self, left: list[PendingPush]) -> None:
-        spool_left(self.spool, left)
+        spool_left(self.spool, left, self._spool_name)
 
     def after_fork_in_child(self) -> None:
         self._reset()
@@ -273,14 +289,22 @@ def report_dropped(push: PendingPush, exc: BaseException, on_error: RedisErrorHo
     on_error(exc, attempt=1, action="unsafe")
 
 
-def spool_left(spool: Destination | None, left: list[PendingPush]) -> None:
-    """Write what is left at exit to the spool, fsynced; log what could not be."""
+def noticed(notice: Notice | None, push: PendingPush) -> str | None:
+    """Before a buffer keeps ``push``: the spool file name a warning gave (it may
+    raise, as an error: the push is then not kept)."""
+    return notice.before_keeping(push.jids) if notice is not None else None
+
+
+def spool_left(spool: Destination | None, left: list[PendingPush],
+               name: str | None = None) -> None:
+    """Write what is left at exit to the spool, fsynced (as ``name``, when a
+    warning named the file); log what could not be."""
     spoolable = [push for push in left if push.content is not None]
     jids = [jid for push in spoolable for jid in push.jids]
     lost = [jid for push in left if push.content is None for jid in push.jids]
     if spool is not None and spoolable:
         try:
-            path = write_spool(spool.directory, spool.target, spool_entries(spoolable))
+            path = write_spool(spool.directory, spool.target, spool_entries(spoolable), name)
             log.error("push.spooled", jobs=len(jids), path=str(path), jids=jids,
                       hint="Redis stayed unreachable until exit; a wurk process "
                            "with this spool_dir pushes them, or `wurk spool push`")

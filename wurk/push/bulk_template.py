@@ -23,9 +23,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from wurk.push import middleware, prepare
+from wurk.push import prepare, steps
 from wurk.push.confirmed import ConfirmedPush, QueuedJob
-from wurk.wire.payload import compact_json, new_jids, now_stamp, with_ruby_floats
+from wurk.wire.payload import compact_json, new_jids, now_stamp, with_ruby_floats, writable
 
 _SLOTS = ("args", "jid")
 
@@ -34,7 +34,7 @@ def applies(item: Mapping[str, Any], chain: Sequence[Any]) -> bool:
     """True when no job of ``item`` needs anything of its own but args and a jid."""
     return (not chain and not isinstance(item.get("at"), list)
             and all(isinstance(key, str) for key in item)
-            and not any(built_in.field in item for built_in in middleware.BUILT_IN))
+            and not any(built_in.field in item for built_in in steps.BUILT_IN))
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,8 @@ class Template:
                 # the ones it would get inside the whole text.
                 text += with_ruby_floats(compact_json(value))
         head, middle, tail = [*segments, text + "}"]
+        if not writable(head + middle + tail):  # the args were checked one by one
+            prepare.refuse_unwritable(payload)
         return cls(head, middle + '"', '"' + tail, payload["queue"], run_at)
 
     def jobs(self, all_args: Sequence[list[Any]]) -> tuple[QueuedJob, ...]:

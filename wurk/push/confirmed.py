@@ -12,7 +12,7 @@ was lost the job goes in fresh. The push is neither lost nor enqueued twice.
 
 Duties:
 1. Write a push (one job or a batch, immediate or scheduled) once, then WAIT
-   (``write`` on the sync pool, ``awrite`` on the asyncio one).
+   (``flow``: each client drives it on its own pool; ``write`` on the sync one).
 2. Raise :class:`PushNotConfirmedError` when too few replicas confirm.
 3. Retire the markers of confirmed pushes on a later write; their TTL
    (``keys.PUSHED_TTL``) retires the rest (all of them for the spool
@@ -30,13 +30,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import redis.exceptions as rx
 
+from wurk.push.exchange import Flow, Send, Talk, drive
 from wurk.wire import keys
 from wurk.wire.lua import PUSH_ONCE
 from wurk.wire.payload import score
 
 if TYPE_CHECKING:
-    from wurk.redis.apool import AsyncConn, AsyncRedisPool
-    from wurk.redis.connection import Conn
     from wurk.redis.pool import RedisPool
 
 # Enough markers retired per write to keep up with any push rate, few enough
@@ -112,53 +111,26 @@ class ConfirmedWriter:
         self._retire: list[tuple[str, str]] = []
         _live_writers.add(self)
 
+    def flow(self, push: ConfirmedPush, resend: Callable[[ConfirmedPush], object], *,
+             attempts: int | None = None) -> Flow[int]:
+        """Send ``push`` and wait for the replicas; returns how many jobs went in
+        now (the rest had landed on an earlier attempt). A
+        :class:`PushNotConfirmedError` it raises retries with ``resend(push)``."""
+        retire = self._take_retire()
+        trip = _PushAndWait(self._wire(push, retire), self.timeout + self._read_timeout,
+                            attempts)
+        try:
+            pushed, confirmed = yield trip
+        except BaseException:
+            self._give_back_retire(retire)
+            raise
+        return self._settle(push, pushed, confirmed, lambda: resend(push))
+
     def write(self, pool: RedisPool, push: ConfirmedPush, *,
               attempts: int | None = None) -> int:
-        """Send ``push`` and wait for the replicas; returns how many jobs went
-        in now (the rest had landed on an earlier attempt)."""
-        retire = self._take_retire()
-        wire = self._wire(push, retire)
-        read_timeout = self.timeout + self._read_timeout
-
-        def push_and_wait(conn: Conn) -> tuple[int, int]:
-            # One round trip: the script, then WAIT on the same connection.
-            replies = conn.pipeline(wire, raise_on_error=False, timeout=read_timeout)
-            if isinstance(replies[0], rx.NoScriptError):
-                # A restarted or flushed server: nothing ran, load and go again.
-                conn.call("SCRIPT", "LOAD", PUSH_ONCE.source)
-                replies = conn.pipeline(wire, raise_on_error=False, timeout=read_timeout)
-            return _counts(replies)
-
-        try:
-            # Safe to replay: the markers make a second write a no-op.
-            pushed, confirmed = pool.run(push_and_wait, idempotent=True, attempts=attempts)
-        except BaseException:
-            self._give_back_retire(retire)
-            raise
-        return self._settle(push, pushed, confirmed, lambda: self.write(pool, push))
-
-    async def awrite(self, pool: AsyncRedisPool, push: ConfirmedPush, *,
-                     attempts: int | None = None) -> int:
-        """:meth:`write` on the asyncio pool; a :class:`PushNotConfirmedError`
-        it raises has a ``retry()`` that returns an awaitable."""
-        retire = self._take_retire()
-        wire = self._wire(push, retire)
-        read_timeout = self.timeout + self._read_timeout
-
-        async def push_and_wait(conn: AsyncConn) -> tuple[int, int]:
-            replies = await conn.pipeline(wire, raise_on_error=False, timeout=read_timeout)
-            if isinstance(replies[0], rx.NoScriptError):
-                await conn.call("SCRIPT", "LOAD", PUSH_ONCE.source)
-                replies = await conn.pipeline(wire, raise_on_error=False, timeout=read_timeout)
-            return _counts(replies)
-
-        try:
-            pushed, confirmed = await pool.run(push_and_wait, idempotent=True,
-                                               attempts=attempts)
-        except BaseException:
-            self._give_back_retire(retire)
-            raise
-        return self._settle(push, pushed, confirmed, lambda: self.awrite(pool, push))
+        """:meth:`flow` on the sync pool (the spool drainer's write)."""
+        return drive(pool, self.flow(push, lambda again: self.write(pool, again),
+                                     attempts=attempts))
 
     def _wire(self, push: ConfirmedPush, retire: list[tuple[str, str]]) -> list[tuple[Any, ...]]:
         """The PUSH_ONCE call for ``push`` (retiring ``retire``'s markers), then WAIT."""
@@ -201,6 +173,25 @@ class ConfirmedWriter:
         # The parent retires its own markers; a child starts with none to retire.
         self._lock = threading.Lock()
         self._retire = []
+
+
+@dataclass(frozen=True)
+class _PushAndWait:
+    """One round trip: the script, then WAIT on the same connection. Safe to
+    replay: the markers make a second write a no-op."""
+
+    wire: list[tuple[Any, ...]]
+    read_timeout: float
+    attempts: int | None
+    idempotent: bool = True
+
+    def talk(self, conn: object) -> Talk[tuple[int, int]]:
+        replies = yield Send(self.wire, timeout=self.read_timeout)
+        if isinstance(replies[0], rx.NoScriptError):
+            # A restarted or flushed server: nothing ran, load and go again.
+            replies = (yield Send([("SCRIPT", "LOAD", PUSH_ONCE.source), *self.wire],
+                                  timeout=self.read_timeout))[1:]
+        return _counts(replies)
 
 
 def _counts(replies: list[Any]) -> tuple[int, int]:

@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from wurk.core.validate import is_text
+
 ALIASES = {
     "@hourly": "0 * * * *",
     "@daily": "0 0 * * *",
@@ -62,7 +64,7 @@ def _cronsim() -> Any:
 
 def zone(name: str) -> zoneinfo.ZoneInfo:
     """The IANA zone ``name``, or a CronError naming it."""
-    if not isinstance(name, str) or not name or len(name) > MAX_EXPRESSION:
+    if not is_text(name, MAX_EXPRESSION):
         raise CronError(f"tz must be an IANA zone name such as 'Europe/Paris', got {name!r}")
     try:
         return zoneinfo.ZoneInfo(name)

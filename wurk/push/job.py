@@ -7,12 +7,15 @@ Duties:
 2. Carry per-job options (queue, retry, backtrace, dead, retry_queue, tags,
    profile, unique_for, unique_until; retry_in, retries_exhausted and
    unique_key stay in the process) into the payload at push time.
-3. Give every job the enqueue verbs: ``perform_async``, ``perform_in``,
-   ``perform_at``, ``perform_bulk`` and ``set(...)`` for one-off option
-   overrides; each checks its arguments against the job's signature
-   (``wurk.push.signatures``) before anything reaches Redis. Async code
-   awaits the same verbs with an ``a`` prefix (``aperform_async`` ...),
-   pushed through :class:`wurk.push.aclient.AsyncClient`.
+3. Give every job the enqueue verbs (:mod:`wurk.push.enqueuer`):
+   ``perform_async``, ``perform_in``, ``perform_at``, ``perform_bulk`` and
+   ``set(...)`` for one-off option overrides, typed from the job's own
+   signature (a function's, or a class's ``perform``), so a type checker
+   holds each push to it; each checks its arguments, keywords and annotated
+   JSON types (``wurk.push.signatures``) before anything reaches Redis.
+   Async code awaits the same verbs with an ``a`` prefix
+   (``aperform_async`` ...), pushed through
+   :class:`wurk.push.aclient.AsyncClient`.
 """
 
 from __future__ import annotations
@@ -22,13 +25,17 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any, ClassVar, Generic, ParamSpec, TypeVar, overload
+from typing import Any, ClassVar, Generic, ParamSpec, Protocol, TypeVar, overload
 
-from wurk.push import signatures, unique
-from wurk.push.aclient import AsyncClient
-from wurk.push.client import Client
-from wurk.push.options import JobOptions, make_options
-from wurk.wire.payload import ArgumentError
+from wurk.core import cancelling
+from wurk.push import signatures
+from wurk.push.enqueuer import Enqueuer, JobArgs
+from wurk.push.options import JobOptions, declared_options, make_options
+from wurk.unique import push as unique
+from wurk.wire.payload import new_jid
+
+__all__ = ["DuplicateJobError", "Enqueuer", "Job", "JobArgs", "JobFunction", "JobOptions",
+           "Registered", "Registry", "UnknownJobError", "job", "make_options", "registry"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -107,92 +114,7 @@ class Registry:
 registry = Registry()
 
 
-class Enqueuer:
-    """The enqueue verbs, bound to a job name and options (and maybe a client)."""
-
-    def __init__(self, name: str, options: JobOptions,
-                 client: Client | AsyncClient | None = None) -> None:
-        self.name = name
-        self.options = options
-        self._client = client
-
-    def _target(self) -> Client:
-        if isinstance(self._client, AsyncClient):
-            raise TypeError(f"{self.name}: this enqueuer pushes through an AsyncClient; "
-                            "use await .aperform_async() and the other a-verbs")
-        return self._client or Client.default()
-
-    def _atarget(self) -> AsyncClient:
-        if isinstance(self._client, Client):
-            raise TypeError(f"{self.name}: this enqueuer pushes through a sync Client; "
-                            "use .perform_async() or set(client=wurk.AsyncClient(...))")
-        return self._client or AsyncClient.default()
-
-    def set(self, *, client: Client | AsyncClient | None = None, **options: Any) -> Enqueuer:
-        """A copy with some options changed for the pushes made through it."""
-        if "unique_key" in options:
-            raise TypeError("unique_key is declared with the job (@wurk.job or the class), "
-                            "not per push")
-        return Enqueuer(self.name, make_options(self.options, **options), client or self._client)
-
-    def perform_async(self, *args: Any) -> str | None:
-        return self._target().push_job(self.name, self._checked(args), self.options)
-
-    def perform_in(self, seconds: float, *args: Any) -> str | None:
-        return self._target().push_job(self.name, self._checked(args), self.options,
-                                       delay=seconds)
-
-    def perform_at(self, when: float | datetime, *args: Any) -> str | None:
-        """``when`` is an epoch timestamp in seconds or a timezone-aware datetime."""
-        at = _epoch(when)
-        return self._target().push_job(self.name, self._checked(args), self.options, at=at)
-
-    def perform_bulk(self, args: Iterable[Sequence[Any]]) -> list[str]:
-        """Push one job per argument list (1,000 per round trip); returns the jids.
-
-        Every list is checked before anything is sent, so a bad one pushes nothing.
-        """
-        return self._target().push_bulk(self._bulk_item(args))
-
-    # The same verbs for async code, awaited on the running loop's AsyncClient.
-    async def aperform_async(self, *args: Any) -> str | None:
-        return await self._atarget().push_job(self.name, self._checked(args), self.options)
-
-    async def aperform_in(self, seconds: float, *args: Any) -> str | None:
-        return await self._atarget().push_job(self.name, self._checked(args), self.options,
-                                              delay=seconds)
-
-    async def aperform_at(self, when: float | datetime, *args: Any) -> str | None:
-        at = _epoch(when)
-        return await self._atarget().push_job(self.name, self._checked(args), self.options,
-                                              at=at)
-
-    async def aperform_bulk(self, args: Iterable[Sequence[Any]]) -> list[str]:
-        return await self._atarget().push_bulk(self._bulk_item(args))
-
-    def _checked(self, args: tuple[Any, ...]) -> list[Any]:
-        signatures.check(self.name, args)
-        return list(args)
-
-    def _bulk_item(self, args: Iterable[Sequence[Any]]) -> dict[str, Any]:
-        all_args = [list(one) for one in args]
-        for i, one in enumerate(all_args):
-            signatures.check(self.name, one, f" in args[{i}]")
-        return {**self.options.payload_fields(), "class": self.name, "args": all_args}
-
-
-def _epoch(when: float | datetime) -> float:
-    if isinstance(when, datetime):
-        if when.tzinfo is None or when.utcoffset() is None:
-            raise ArgumentError(f"perform_at needs a timezone-aware datetime, got naive {when!r} "
-                                "(use datetime.now(UTC) or .replace(tzinfo=...))")
-        return when.timestamp()
-    if isinstance(when, bool) or not isinstance(when, int | float):
-        raise ArgumentError(f"perform_at needs epoch seconds or an aware datetime, got {when!r}")
-    return float(when)
-
-
-class JobFunction(Enqueuer, Generic[P, R]):
+class JobFunction(Enqueuer[P], Generic[P, R]):
     """A function registered with ``@wurk.job``; calling it runs it inline."""
 
     def __init__(self, fn: Callable[P, R], name: str, options: JobOptions) -> None:
@@ -232,18 +154,24 @@ def job(name: Any = None, *, registry_: Registry | None = None, **options: Any) 
     """Register a function as a job: ``@wurk.job(queue="mail", retry=5)`` or bare ``@wurk.job``."""
     if callable(name):
         return job(registry_=registry_, **options)(name)
-    opts = make_options(**options)
+    opts = declared_options(**options)
 
     def register(fn: Callable[P, R]) -> JobFunction[P, R]:
         wire_name = name or f"{fn.__module__}.{fn.__qualname__}"
         wrapper = JobFunction(fn, wire_name, opts)
         entry = Registered(wire_name, opts, lambda _payload: fn, _origin_of(fn),
-                           signatures.Arity.of(wire_name, fn),
+                           signatures.Arity.of(wire_name, fn, check_types=opts.check_types),
                            coroutine=_is_async(fn))
         (registry_ or registry).add(entry)
         return wrapper
 
     return register
+
+
+class _Performs(Protocol[P]):
+    """A job class, as the verbs see it: its ``perform`` gives the push's parameters."""
+
+    def perform(self, *args: P.args, **kwargs: P.kwargs) -> Any: ...
 
 
 class Job:
@@ -265,7 +193,7 @@ class Job:
         if abstract:
             return
         inherited = getattr(cls, "wurk_options", None)
-        opts = make_options(inherited, **options)
+        opts = declared_options(inherited, **options)
         if "retry_in" in cls.__dict__:
             hook = cls.__dict__["retry_in"]
             opts = replace(opts, retry_in=lambda count, exc, _p: hook(cls(), count, exc))
@@ -275,7 +203,8 @@ class Job:
         cls.wurk_options = opts
         cls.wurk_name = name or f"{cls.__module__}.{cls.__qualname__}"
         registry.add(Registered(cls.wurk_name, opts, cls._bound_perform, _origin_of(cls),
-                                signatures.Arity.of(cls.wurk_name, cls.perform, bound=True),
+                                signatures.Arity.of(cls.wurk_name, cls.perform, bound=True,
+                                                    check_types=opts.check_types),
                                 coroutine=_is_async(cls.perform)))
 
     @classmethod
@@ -285,45 +214,86 @@ class Job:
         instance.payload = payload
         return instance.perform
 
-    def perform(self, *args: Any) -> Any:
+    def perform(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError(f"{type(self).__name__} must define perform()")
 
-    @classmethod
-    def enqueuer(cls) -> Enqueuer:
-        return Enqueuer(cls.wurk_name, cls.wurk_options)
+    @property
+    def cancelled(self) -> bool:
+        """True once a person cancelled this run (``wurk cancel JID``): the same
+        as ``wurk.cancelled()``; False outside a worker's run."""
+        return cancelling.cancelled()
+
+    def __getattr__(self, name: str) -> Any:
+        # An instance no worker made (a unit test's ``MyJob().perform("x")``)
+        # has no run: it gets a jid and a payload of its own when first asked.
+        if name == "jid":
+            self.jid = new_jid()
+            return self.jid
+        if name == "payload":
+            options = getattr(type(self), "wurk_options", None)
+            fields = options.payload_fields() if options is not None else {}
+            self.payload = {"retry": True, "queue": "default", **fields, "args": [],
+                            "class": getattr(type(self), "wurk_name", type(self).__name__),
+                            "jid": self.jid}
+            return self.payload
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @classmethod
-    def set(cls, **options: Any) -> Enqueuer:
-        return cls.enqueuer().set(**options)
+    def enqueuer(cls: type[_Performs[P]]) -> Enqueuer[P]:
+        return Enqueuer(_declared(cls).wurk_name, _declared(cls).wurk_options)
 
     @classmethod
-    def perform_async(cls, *args: Any) -> str | None:
-        return cls.enqueuer().perform_async(*args)
+    def set(cls: type[_Performs[P]], **options: Any) -> Enqueuer[P]:
+        declared = _declared(cls)
+        enqueuer: Enqueuer[P] = Enqueuer(declared.wurk_name, declared.wurk_options)
+        return enqueuer.set(**options)
 
     @classmethod
-    def perform_in(cls, seconds: float, *args: Any) -> str | None:
-        return cls.enqueuer().perform_in(seconds, *args)
+    def args(cls: type[_Performs[P]], *args: P.args, **kwargs: P.kwargs) -> JobArgs[P]:
+        """One job's arguments for :meth:`perform_bulk`, checked by the type checker."""
+        return JobArgs(*args, **kwargs)
 
     @classmethod
-    def perform_at(cls, when: float | datetime, *args: Any) -> str | None:
-        return cls.enqueuer().perform_at(when, *args)
+    def perform_async(cls: type[_Performs[P]], *args: P.args, **kwargs: P.kwargs) -> str | None:
+        return _declared(cls).enqueuer().perform_async(*args, **kwargs)
 
     @classmethod
-    def perform_bulk(cls, args: Iterable[Sequence[Any]]) -> list[str]:
-        return cls.enqueuer().perform_bulk(args)
+    def perform_in(cls: type[_Performs[P]], seconds: float, /, *args: P.args,
+                   **kwargs: P.kwargs) -> str | None:
+        return _declared(cls).enqueuer().perform_in(seconds, *args, **kwargs)
 
     @classmethod
-    async def aperform_async(cls, *args: Any) -> str | None:
-        return await cls.enqueuer().aperform_async(*args)
+    def perform_at(cls: type[_Performs[P]], when: float | datetime, /, *args: P.args,
+                   **kwargs: P.kwargs) -> str | None:
+        return _declared(cls).enqueuer().perform_at(when, *args, **kwargs)
 
     @classmethod
-    async def aperform_in(cls, seconds: float, *args: Any) -> str | None:
-        return await cls.enqueuer().aperform_in(seconds, *args)
+    def perform_bulk(cls: type[_Performs[P]],
+                     args: Iterable[Sequence[Any] | JobArgs[P]]) -> list[str]:
+        return _declared(cls).enqueuer().perform_bulk(args)
 
     @classmethod
-    async def aperform_at(cls, when: float | datetime, *args: Any) -> str | None:
-        return await cls.enqueuer().aperform_at(when, *args)
+    async def aperform_async(cls: type[_Performs[P]], *args: P.args,
+                             **kwargs: P.kwargs) -> str | None:
+        return await _declared(cls).enqueuer().aperform_async(*args, **kwargs)
 
     @classmethod
-    async def aperform_bulk(cls, args: Iterable[Sequence[Any]]) -> list[str]:
-        return await cls.enqueuer().aperform_bulk(args)
+    async def aperform_in(cls: type[_Performs[P]], seconds: float, /, *args: P.args,
+                          **kwargs: P.kwargs) -> str | None:
+        return await _declared(cls).enqueuer().aperform_in(seconds, *args, **kwargs)
+
+    @classmethod
+    async def aperform_at(cls: type[_Performs[P]], when: float | datetime, /, *args: P.args,
+                          **kwargs: P.kwargs) -> str | None:
+        return await _declared(cls).enqueuer().aperform_at(when, *args, **kwargs)
+
+    @classmethod
+    async def aperform_bulk(cls: type[_Performs[P]],
+                            args: Iterable[Sequence[Any] | JobArgs[P]]) -> list[str]:
+        return await _declared(cls).enqueuer().aperform_bulk(args)
+
+
+def _declared(cls: type[Any]) -> type[Job]:
+    """The class a verb was called on, as the job class it is (the verbs' ``cls``
+    is typed by its ``perform`` alone, which is what carries ``P``)."""
+    return cls

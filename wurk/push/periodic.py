@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from wurk.core.validate import is_count, is_text
 from wurk.push.cron import CronError, Schedule
 from wurk.wire.payload import check_args
 
@@ -109,13 +110,13 @@ def _checked_args(where: str, args: Any) -> tuple[Any, ...]:
 
 
 def _checked_queue(where: str, queue: Any) -> str:
-    if not isinstance(queue, str) or not queue or len(queue) > 200:
+    if not is_text(queue, 200):
         raise PeriodicError(f"{where}: queue must be a non-empty string, got {queue!r}")
     return queue
 
 
 def _checked_retry(where: str, retry: Any) -> bool | int:
-    if not isinstance(retry, bool | int) or (not isinstance(retry, bool) and retry < 0):
+    if not (isinstance(retry, bool) or is_count(retry)):
         raise PeriodicError(f"{where}: retry must be true, false or a non-negative int, "
                             f"got {retry!r}")
     return bool(retry) if isinstance(retry, bool) else int(retry)

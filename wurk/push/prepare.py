@@ -1,32 +1,47 @@
-"""Payload building shared by the sync and the async client: pure, no I/O.
+"""The push pipeline's first stage, normalise, shared by both clients: pure, no I/O.
 
 Duties:
 1. Turn a ``push_job`` call (name, args, options, delay or time) into the
    item ``push`` takes, with Sidekiq's perform_in rule.
 2. ``normalise`` an item into the payload written and its run time, refusing
-   what no worker could read (class, args, queue, ``at``).
+   what no worker could read (class, args, queue, ``at``, a keywords marker
+   with no keywords: :mod:`wurk.wire.keywords`). A time is epoch
+   seconds, finite and within :data:`~wurk.push.time_options.MAX_EPOCH` of
+   zero (:func:`epoch_seconds`): infinity, NaN, a bool, a string or a year
+   past 5138 is a :class:`wurk.ArgumentError`, never a score in Redis.
 3. Check a ``push_bulk`` item whole before anything is written, and cut it
    into the per-job items of each thousand-job slice.
-4. Run the client middleware chain on a normalised payload and check again
-   what it returns; a push a middleware deferred gives its jid, and a bulk
-   slice keeps deferred jids in their place (:class:`BulkSlice`).
-5. Serialise a batch into the jobs of one push, and the commands of a plain
-   (unconfirmed) write with its apply-safety: only a ZADD of exact members
-   may be sent twice.
+4. Keep a bulk slice's jids in item order, a deferred push's in its place
+   (:class:`BulkSlice`); the chain itself runs in :mod:`wurk.push.pipeline`.
+5. Serialise a batch into the jobs of one push (written by
+   :mod:`wurk.push.landing` or :mod:`wurk.push.confirmed`). A payload no
+   worker could write back (a lone surrogate in its class, queue, jid, args
+   or any field, keys included) is refused with
+   :class:`~wurk.wire.payload.ArgumentError` before anything is sent;
+   checking costs an ASCII test of the text in the common case.
 """
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from wurk.push import middleware, signatures
+from wurk.core.validate import is_number
+from wurk.push import signatures
 from wurk.push.confirmed import ConfirmedPush, QueuedJob
-from wurk.push.time_options import stamp_expiry
-from wurk.settings.hooks import ClientMiddleware
-from wurk.wire import keys
-from wurk.wire.payload import ArgumentError, check_args, dumps, new_jid, now_stamp, score
+from wurk.push.time_options import MAX_EPOCH, stamp_expiry
+from wurk.wire import keywords
+from wurk.wire.payload import (
+    ArgumentError,
+    check_args,
+    dumps,
+    new_jid,
+    now_stamp,
+    unwritable_field,
+    writable,
+)
 
 if TYPE_CHECKING:
     from wurk.push.options import JobOptions
@@ -42,7 +57,7 @@ def job_item(name: str, args: list[Any], options: JobOptions, *,
     item: dict[str, Any] = {**options.payload_fields(), "class": name, "args": args}
     if delay is not None:
         # Sidekiq's perform_in rule: under 1e9 an interval, else an epoch.
-        seconds = float(delay)
+        seconds = epoch_seconds(delay, "perform_in's interval")
         item["at"] = seconds if seconds >= ABSOLUTE_THRESHOLD else time.time() + seconds
     elif at is not None:
         item["at"] = at
@@ -51,7 +66,8 @@ def job_item(name: str, args: list[Any], options: JobOptions, *,
 
 def normalise(item: Mapping[str, Any], now: float, timestamps: str, *,
               checked: bool = False) -> Prepared:
-    """``checked``: the args were already checked (a bulk push checks them whole)."""
+    """``checked``: the args were already checked (a bulk push checks them whole,
+    its keywords marker included)."""
     cls = item.get("class")
     if not isinstance(cls, str) or not cls:
         raise TypeError(f"job 'class' must be a non-empty string, got {cls!r}")
@@ -60,6 +76,8 @@ def normalise(item: Mapping[str, Any], now: float, timestamps: str, *,
         raise TypeError(f"job 'args' must be a list, got {type(args).__name__}")
     if not checked:
         check_args(args)
+        if keywords.MARKER in item and (reason := keywords.problem(item)) is not None:
+            raise ArgumentError(reason)
     queue = item.get("queue", "default")
     if not isinstance(queue, str) or not queue:
         raise TypeError(f"job 'queue' must be a non-empty string, got {queue!r}")
@@ -79,29 +97,23 @@ def normalise(item: Mapping[str, Any], now: float, timestamps: str, *,
 def run_time(at: Any, now: float) -> float | None:
     if at is None:
         return None
-    if isinstance(at, bool) or not isinstance(at, int | float):
-        raise TypeError(f"job 'at' must be epoch seconds, got {at!r}")
+    seconds = epoch_seconds(at)
     # As Sidekiq's raw push: ``at`` is an epoch time; one already past runs now.
-    return float(at) if at > now else None
+    return seconds if seconds > now else None
 
 
-def through_middleware(chain: Sequence[ClientMiddleware], prepared: Prepared, now: float,
-                       timestamps: str, redis: Any, *,
-                       resume: Callable[[dict[str, Any]], object]) -> Prepared | str | None:
-    """Run the client middleware (if any) on a normalised payload: None when
-    one stopped the push, the jid when one deferred it (``middleware.defer``:
-    ``resume(payload)`` pushes it later), else the payload checked again as a
-    push would be."""
-    if not chain:
-        return prepared
-    payload, run_at = prepared
-    if run_at is not None:
-        payload["at"] = run_at  # as Sidekiq's middleware sees a scheduled job
-    outcome = middleware.run(chain, payload, redis, lambda: resume(payload))
-    if outcome != "write":
-        return str(payload["jid"]) if outcome == "defer" else None
-    # A middleware may have changed anything, ``at`` and ``args`` included.
-    return normalise(payload, now, timestamps)
+def epoch_seconds(value: Any, what: str = "job 'at'") -> float:
+    """``value`` as finite seconds within ``MAX_EPOCH`` of zero, else ArgumentError.
+
+    The one check every push's time passes: a sorted-set score of ``inf`` or
+    1e300 is one no listing, dashboard or poller can turn back into a time.
+    """
+    if not is_number(value):
+        raise ArgumentError(f"{what} must be epoch seconds, got {value!r:.60}")
+    if (isinstance(value, float) and not math.isfinite(value)) or abs(value) >= MAX_EPOCH:
+        raise ArgumentError(f"{what} must be finite and below {MAX_EPOCH:.0f} seconds, "
+                            f"got {value!r:.60}")
+    return float(value)
 
 
 def bulk_slices(item: Mapping[str, Any], now: float,
@@ -120,18 +132,33 @@ def check_bulk(item: Mapping[str, Any]) -> tuple[list[list[Any]], Any]:
     ats = item.get("at")
     if isinstance(ats, list) and len(ats) != len(all_args):
         raise ValueError("push_bulk 'at' list must have one time per job")
+    for i, at in enumerate(ats if isinstance(ats, list) else [ats]):
+        if at is not None:
+            epoch_seconds(at, f"push_bulk 'at[{i}]'" if isinstance(ats, list) else "push_bulk 'at'")
     name = str(item.get("class"))
+    keyed = keywords.marked(item)
     for i, args in enumerate(all_args):
         try:
             check_args(args)
-            signatures.check(name, args)
+            _fits(name, args, keyed, "")
         except ArgumentError:
             # Checked again to name the job in the message: building that
             # name for every job cost as much as the checks.
             check_args(args, f"args[{i}]")
-            signatures.check(name, args, f" in args[{i}]")
+            _fits(name, args, keyed, f" in args[{i}]")
             raise
     return all_args, ats
+
+
+def _fits(name: str, args: list[Any], keyed: bool, where: str) -> None:
+    """``args`` fit the job; ``keyed``: the last of them is its keywords."""
+    if not keyed:
+        signatures.check(name, args, where)
+    elif args and isinstance(args[-1], dict):
+        signatures.check(name, args[:-1], where, args[-1])
+    else:
+        raise ArgumentError(f"'{keywords.MARKER}' is true but the last argument{where} "
+                            "is not an object of keywords")
 
 
 def bulk_shared(item: Mapping[str, Any]) -> dict[str, Any]:
@@ -181,24 +208,20 @@ class BulkSlice:
 
 
 def as_push(batch: Sequence[Prepared]) -> ConfirmedPush:
-    return ConfirmedPush(tuple(QueuedJob(str(p["jid"]), p["queue"], dumps(p), run_at)
+    return ConfirmedPush(tuple(QueuedJob(str(p["jid"]), p["queue"], serialised(p), run_at)
                                for p, run_at in batch))
 
 
-def plain_commands(content: ConfirmedPush) -> tuple[list[tuple[Any, ...]], bool]:
-    """The commands of an unconfirmed write, and whether sending them twice is safe."""
-    immediate: dict[str, list[str]] = {}
-    scheduled: list[str] = []
-    for job in content.jobs:
-        if job.run_at is None:
-            immediate.setdefault(job.queue, []).append(job.raw)
-        else:
-            scheduled.extend((score(job.run_at), job.raw))
-    commands: list[tuple[Any, ...]] = []
-    if immediate:
-        commands.append(("SADD", keys.QUEUES, *immediate))
-        commands.extend(("LPUSH", keys.queue(q), *jobs) for q, jobs in immediate.items())
-    if scheduled:
-        commands.append(("ZADD", keys.SCHEDULE, *scheduled))
-    # Only a ZADD of exact members is safe to send twice.
-    return commands, not immediate
+def serialised(payload: dict[str, Any]) -> str:
+    """The payload's text; ArgumentError when UTF-8 cannot carry it."""
+    text = dumps(payload)
+    if not writable(text):
+        refuse_unwritable(payload)
+    return text
+
+
+def refuse_unwritable(payload: dict[str, Any]) -> None:
+    where = unwritable_field(payload) or "a field"
+    raise ArgumentError(f"job {where} holds a lone surrogate, which UTF-8 cannot carry "
+                        "(a surrogate-escaped file name? decode it first)")
+

@@ -1,4 +1,5 @@
-"""Reading job results: ``wurk.result(jid, timeout=...)`` and what it raises.
+"""Reading job results: ``wurk.result(jid, timeout=...)``, ``await wurk.aresult(jid)``,
+and what they raise.
 
 A job pushed with ``store_result=True`` leaves its outcome under its jid
 (:mod:`wurk.wire.results`); this is the reading side, usable from any
@@ -13,6 +14,10 @@ Duties:
    record at once (it reads the record before it blocks). Returns the
    :class:`~wurk.wire.results.Outcome`, success or failure alike.
 3. :func:`result`: :func:`wait`, then the value, or :class:`JobFailed`.
+   :func:`apeek`, :func:`await_outcome` and :func:`aresult` are the same for
+   async code, on an asyncio pool: the decisions are one
+   :class:`Waiting`, which a sync and an async driver each feed with their
+   own reads, blocks and sleeps.
 4. Time out with :class:`ResultTimeout`. Redis cannot tell a job that is
    still running from one that never asked for a result (or whose result
    expired): no key exists in either case, so the timeout's message names
@@ -21,22 +26,30 @@ Duties:
    outage is retried with backoff until the deadline.
 
 Blocking waits hold a connection each, from a pool of their own
-(:data:`WAIT_CONNECTIONS` per process and config), so they never starve
-the pushes of the process's main pool.
+(:data:`WAIT_CONNECTIONS` per process and config; for async waits, as many
+per event loop and config, opened while waits are under way and closed when
+the last one ends), so they never starve the pushes of the process's main
+pool.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import math
-import random
 import threading
 import time
 import weakref
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from wurk.redis.policy import backoff_delay
+from wurk.core.validate import is_number
+from wurk.redis.apool import AsyncRedisPool
+from wurk.redis.policy import trouble_backoff
 from wurk.redis.pool import RedisPool
-from wurk.redis.pools import pool_for
+from wurk.redis.replay import pool_settings
+from wurk.redis.runtime import runtime_for
 from wurk.redis.wait import waiting_helps
 from wurk.settings.config import default_config
 from wurk.wire import results
@@ -45,16 +58,23 @@ from wurk.wire.results import CorruptResultError, Outcome
 if TYPE_CHECKING:
     from wurk.settings.config import Config
 
-__all__ = ["CorruptResultError", "JobFailed", "Outcome", "ResultTimeout", "peek", "result",
-           "wait"]
+__all__ = ["CorruptResultError", "JobFailed", "Outcome", "ResultTimeout", "apeek", "aresult",
+           "await_outcome", "peek", "result", "wait"]
 
 WAIT_CONNECTIONS = 64
 # One block's longest wait: the deadline is rechecked and a lost server noticed this often.
 MAX_BLOCK = 5.0
 STALE_TOKEN_PAUSE = 0.1
+# The testing mode's results (``wurk.testing``): while set, outcomes are read
+# from it, never from Redis, and a wait does not wait (nothing runs meanwhile).
+stand_in: Callable[[str], Outcome | None] | None = None
 _wait_pools: dict[int, RedisPool] = {}
 _pools_lock = threading.Lock()
-_rng = random.Random()
+# Per event loop, per config while waits are under way; only that loop's
+# coroutines touch them (no lock).
+_async_waits_by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop,
+                                                dict[int, _AsyncWaits]] = (
+    weakref.WeakKeyDictionary())
 
 
 class JobFailed(Exception):  # noqa: N818 - reads as what happened: wurk.JobFailed
@@ -94,9 +114,88 @@ def _check(jid: Any) -> str:
 def peek(jid: str, *, config: Config | None = None) -> Outcome | None:
     """The stored outcome now (a non-final one included), or None."""
     jid = _check(jid)
+    if stand_in is not None:
+        return stand_in(jid)
     config = config or default_config()
-    raw = pool_for(config).call("GET", results.key(jid), idempotent=True)
+    return _parsed(jid, runtime_for(config).pool.call("GET", results.key(jid), idempotent=True))
+
+
+async def apeek(jid: str, *, config: Config | None = None) -> Outcome | None:
+    """:func:`peek` for async code."""
+    jid = _check(jid)
+    if stand_in is not None:
+        return stand_in(jid)
+    config = config or default_config()
+    async with _async_waits(config) as pool:
+        return await _aget(pool, jid)
+
+
+async def _aget(pool: AsyncRedisPool, jid: str) -> Outcome | None:
+    return _parsed(jid, await pool.call("GET", results.key(jid), idempotent=True))
+
+
+def _parsed(jid: str, raw: Any) -> Outcome | None:
     return None if raw is None else results.parse(jid, raw)
+
+
+@dataclass(frozen=True)
+class Block:
+    """The next wait: a pause first (a token without a final record), then a block."""
+
+    pause: float
+    seconds: float
+
+
+class Waiting:
+    """One wait's decisions, no I/O: what to do after each read, block and failure.
+
+    :func:`wait` and :func:`await_outcome` drive it, each with its own
+    Redis calls and sleeps.
+    """
+
+    def __init__(self, jid: Any, timeout: float | None, config: Config, now: float) -> None:
+        self.jid = _check(jid)
+        if timeout is not None and (not is_number(timeout) or math.isnan(timeout)
+                                    or timeout < 0):
+            raise TypeError(f"timeout must be a number of seconds >= 0 or None, got {timeout!r}")
+        self.timeout = timeout
+        self.deadline = None if timeout is None else now + timeout
+        self.backoff = trouble_backoff(config.redis_retry_base, config.redis_retry_cap)
+        self.failures = 0
+        self.woke = False
+        self.last: Outcome | None = None
+
+    def read(self, outcome: Outcome | None, now: float) -> Outcome | Block:
+        """After reading the record: the final outcome, else the next block
+        (:class:`ResultTimeout` once the time is up)."""
+        left = MAX_BLOCK if self.deadline is None else self.deadline - now
+        self.last = outcome
+        if outcome is not None and outcome.final:
+            return outcome
+        if left <= 0:
+            raise self._timed_out()
+        # A token without a final record (removed or expiring by hand): never spin on it.
+        pause = min(left, STALE_TOKEN_PAUSE) if self.woke else 0.0
+        return Block(pause, min(left, MAX_BLOCK))
+
+    def blocked(self, woke: bool) -> None:
+        """A block ended: the token came (``woke``) or its time did."""
+        self.woke = woke
+        self.failures = 0
+
+    def failed(self, exc: Exception, now: float) -> float | None:
+        """The pause before trying again after ``exc``, or None: raise it.
+        :class:`ResultTimeout` when the pause would pass the deadline."""
+        if isinstance(exc, ResultTimeout | CorruptResultError) or not waiting_helps(exc):
+            return None
+        self.failures += 1
+        pause = self.backoff.delay(self.failures)
+        if self.deadline is not None and now + pause > self.deadline:
+            raise self._timed_out() from exc
+        return pause
+
+    def _timed_out(self) -> ResultTimeout:
+        return ResultTimeout(self.jid, float(self.timeout or 0), self.last)
 
 
 def wait(jid: str, timeout: float | None = 30.0, *, config: Config | None = None) -> Outcome:
@@ -104,60 +203,87 @@ def wait(jid: str, timeout: float | None = 30.0, *, config: Config | None = None
 
     ``timeout=None`` waits as long as it takes.
     """
-    jid = _check(jid)
-    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float)
-                                or math.isnan(timeout) or timeout < 0):
-        raise TypeError(f"timeout must be a number of seconds >= 0 or None, got {timeout!r}")
     config = config or default_config()
-    deadline = None if timeout is None else time.monotonic() + timeout
-    failures = 0
-    woke = False
-    last: Outcome | None = None
+    waiting = Waiting(jid, timeout, config, time.monotonic())
     while True:
-        left = MAX_BLOCK if deadline is None else deadline - time.monotonic()
         try:
-            last = peek(jid, config=config)
-            if last is not None and last.final:
-                return last
-            if left <= 0:
-                raise ResultTimeout(jid, float(timeout or 0), last)
-            if woke:
-                # A token without a final record (removed or expiring by
-                # hand): never spin on it.
-                time.sleep(min(left, STALE_TOKEN_PAUSE))
-            woke = _block(config, jid, min(left, MAX_BLOCK))
-            failures = 0
-        except (ResultTimeout, CorruptResultError):
-            raise
+            step = waiting.read(peek(waiting.jid, config=config), time.monotonic())
+            if isinstance(step, Outcome):
+                return step
+            if step.pause:
+                time.sleep(step.pause)
+            waiting.blocked(_block(config, waiting.jid, step.seconds))
         except Exception as exc:
-            if not waiting_helps(exc):
+            pause = waiting.failed(exc, time.monotonic())
+            if pause is None:
                 raise
-            failures += 1
-            pause = backoff_delay(failures, config.redis_retry_base, config.redis_retry_cap, _rng)
-            if deadline is not None and time.monotonic() + pause > deadline:
-                raise ResultTimeout(jid, float(timeout or 0), last) from exc
             time.sleep(pause)
+
+
+async def await_outcome(jid: str, timeout: float | None = 30.0, *,
+                        config: Config | None = None) -> Outcome:
+    """:func:`wait` for async code: the same decisions, awaited on the running loop."""
+    if stand_in is not None:
+        return wait(jid, timeout, config=config)  # testing mode: never blocks, no Redis
+    config = config or default_config()
+    waiting = Waiting(jid, timeout, config, time.monotonic())
+    async with _async_waits(config) as pool:
+        while True:
+            try:
+                step = waiting.read(await _aget(pool, waiting.jid), time.monotonic())
+                if isinstance(step, Outcome):
+                    return step
+                if step.pause:
+                    await asyncio.sleep(step.pause)
+                waiting.blocked(await _ablock(pool, config, waiting.jid, step.seconds))
+            except Exception as exc:
+                pause = waiting.failed(exc, time.monotonic())
+                if pause is None:
+                    raise
+                await asyncio.sleep(pause)
 
 
 def result(jid: str, timeout: float | None = 30.0, *, config: Config | None = None) -> Any:
     """The value the job returned; :class:`JobFailed` if it failed for good,
     :class:`ResultTimeout` if no final result came within ``timeout`` seconds."""
-    outcome = wait(jid, timeout, config=config)
+    return value_of(wait(jid, timeout, config=config))
+
+
+async def aresult(jid: str, timeout: float | None = 30.0, *,
+                  config: Config | None = None) -> Any:
+    """``await wurk.aresult(jid)``: :func:`result` for async code, never blocking the loop."""
+    return value_of(await await_outcome(jid, timeout, config=config))
+
+
+def value_of(outcome: Outcome) -> Any:
+    """A final outcome's value, or :class:`JobFailed`."""
     if not outcome.succeeded:
         raise JobFailed(outcome)
     return outcome.value
 
 
-def _block(config: Config, jid: str, seconds: float) -> bool:
-    """Wait up to ``seconds`` for the token; True if it came. The rotation
-    leaves it in the list for the other waiters and the later ones."""
+def _block_command(config: Config, jid: str, seconds: float) -> tuple[tuple[Any, ...], float]:
+    """The rotation (it leaves the token in the list for the other waiters and
+    the later ones) and its read timeout."""
     ready = results.ready_key(jid)
     # Whole milliseconds, never 0 (which would mean for ever); Redis 6+ takes decimals.
     block = max(round(seconds, 3), 0.001)
-    woke = _wait_pool(config).run(
-        lambda c: c.call("BRPOPLPUSH", ready, ready, block,
-                         timeout=block + config.redis_read_timeout),
-        idempotent=True)
+    return ("BRPOPLPUSH", ready, ready, block), block + config.redis_read_timeout
+
+
+def _block(config: Config, jid: str, seconds: float) -> bool:
+    """Wait up to ``seconds`` for the token; True if it came."""
+    if stand_in is not None:
+        raise ResultTimeout(jid, 0.0, stand_in(jid))  # testing mode: nothing runs meanwhile
+    command, timeout = _block_command(config, jid, seconds)
+    woke = _wait_pool(config).run(lambda c: c.call(*command, timeout=timeout),
+                                  idempotent=True)
+    return woke is not None
+
+
+async def _ablock(pool: AsyncRedisPool, config: Config, jid: str, seconds: float) -> bool:
+    command, timeout = _block_command(config, jid, seconds)
+    woke = await pool.run(lambda c: c.call(*command, timeout=timeout), idempotent=True)
     return woke is not None
 
 
@@ -172,3 +298,30 @@ def _wait_pool(config: Config) -> RedisPool:
                 _wait_pools[id(config)] = pool
                 weakref.finalize(config, _wait_pools.pop, id(config), None)
     return pool
+
+
+@contextlib.asynccontextmanager
+async def _async_waits(config: Config) -> AsyncIterator[AsyncRedisPool]:
+    """The running loop's wait pool for ``config``, shared by the waits under way
+    there and closed when the last one ends: an asyncio connection belongs to
+    its loop, and one left open when ``asyncio.run`` closes the loop leaks."""
+    waits = _async_waits_by_loop.setdefault(asyncio.get_running_loop(), {})
+    entry = waits.get(id(config))
+    if entry is None:
+        settings = {**pool_settings(config), "size": WAIT_CONNECTIONS}
+        entry = waits[id(config)] = _AsyncWaits(AsyncRedisPool(config.redis_url, **settings))
+    entry.users += 1
+    try:
+        yield entry.pool
+    finally:
+        entry.users -= 1
+        if not entry.users:
+            waits.pop(id(config), None)
+            with contextlib.suppress(Exception):  # the wait's answer stands either way
+                await entry.pool.close()
+
+
+@dataclass
+class _AsyncWaits:
+    pool: AsyncRedisPool
+    users: int = 0

@@ -32,7 +32,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
-import math
 import os
 import re
 import secrets
@@ -42,6 +41,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
+
+from wurk.core.validate import is_count, is_number, is_text
+from wurk.push.time_options import MAX_EPOCH
 
 if TYPE_CHECKING:
     from wurk.settings.config import Config
@@ -122,14 +124,21 @@ class SpoolHeader:
 
 
 # -- writing ------------------------------------------------------------------------
-def write_spool(directory: Path, target: str, entries: Iterable[SpoolEntry]) -> Path:
-    """Write one spool file atomically and durably; returns its path."""
+def spool_name() -> str:
+    """A new file's name without ``.spool``: sorts by time, unique per process."""
+    return f"{time.time_ns():020d}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+def write_spool(directory: Path, target: str, entries: Iterable[SpoolEntry],
+                name: str | None = None) -> Path:
+    """Write one spool file atomically and durably; returns its path. ``name``
+    (from :func:`spool_name`) when the file was named before it was written."""
     lines = [json.dumps({"nonce": e.nonce, "jid": e.jid, "queue": e.queue, "at": e.at,
                          "job": e.job}) for e in entries]
     header = json.dumps({"wurk_spool": FORMAT, "target": target, "pid": os.getpid(),
                          "written_at": time.time(), "jobs": len(lines)})
     _make_dir(directory)
-    base = f"{time.time_ns():020d}-{os.getpid()}-{secrets.token_hex(3)}"
+    base = name or spool_name()
     tmp, final = directory / f".{base}.tmp", directory / f"{base}.spool"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
@@ -229,16 +238,16 @@ def _is_job(raw: str, jid: Any, queue: Any) -> bool:
 
 
 def _text(value: Any) -> bool:
-    return isinstance(value, str) and 0 < len(value) <= FIELD_MAX
+    return is_text(value, FIELD_MAX)
 
 
 def _count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return is_count(value)
 
 
 def _number(value: Any) -> bool:
-    return (isinstance(value, int | float) and not isinstance(value, bool)
-            and math.isfinite(value) and value >= 0)
+    """Epoch seconds a push would take (NaN fails both comparisons, as infinity does one)."""
+    return is_number(value) and 0 <= value < MAX_EPOCH
 
 
 # -- the directory ------------------------------------------------------------------

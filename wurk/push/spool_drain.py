@@ -12,7 +12,7 @@ Duties:
    and its flaw; never push part of such a file.
 3. Leave a file whose push failed (Redis down, refusing writes) for the next
    drain, logging why.
-4. :class:`SpoolDrainer`: a daemon thread that drains at start and then every
+4. :class:`SpoolDrainer`: a service thread that drains at start and then every
    ``spool_interval`` seconds (``wurk run``, swarm children), or until the
    files it found at start are in (a ``Client``).
 """
@@ -25,10 +25,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from wurk.core import threads
 from wurk.core.logging import get_logger
+from wurk.core.service import Service
+from wurk.core.threads import describe
 from wurk.push import spool
 from wurk.push.confirmed import ConfirmedPush, ConfirmedWriter, QueuedJob
+from wurk.redis.policy import trouble_backoff
 
 if TYPE_CHECKING:
     from wurk.redis.pool import RedisPool
@@ -37,10 +39,10 @@ if TYPE_CHECKING:
 log = get_logger("wurk.spool")
 # Jobs per script call: small enough for a quick call, large enough to be cheap.
 BATCH = 100
-# A client retries files it found at start this often while Redis is away.
-CLIENT_RETRY_MIN = 1.0
-CLIENT_RETRY_MAX = 30.0
-# Longest single wait: Event.wait overflows on absurd timeouts, and an hour
+# A client retries files it found at start this often while Redis is away:
+# 2 s doubling to 30 s, jittered as any retry through Redis trouble.
+CLIENT_RETRY = trouble_backoff(2.0, 30.0)
+# Longest single wait: a lock's wait overflows on absurd timeouts, and an hour
 # between looks is already longer than any useful spool_interval.
 LONGEST_PAUSE = 3600.0
 
@@ -163,34 +165,37 @@ class SpoolDrainer:
         self.config = config
         self.pool = pool
         self.until_empty = until_empty
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._backoff = CLIENT_RETRY
+        self.service = Service("spool-drainer", self._pass, failed=self._failed)
         # Drains completed, for tests and health views.
         self.passes = 0
 
     def start(self) -> None:
-        self._thread = threads.start("spool-drainer", self._run, stopped=self._stop.is_set)
+        self.service.start()
 
     def stop(self) -> None:
-        self._stop.set()
+        self.service.stop()
 
-    def _run(self) -> None:
-        pause = CLIENT_RETRY_MIN if self.until_empty else self.config.spool_interval
-        while not self._stop.is_set():
-            try:
-                report = drain_once(self.config, self.pool)
-            except BaseException as exc:  # noqa: BLE001 - the drainer outlives any one failure
-                # An unreadable directory: a worker says so each interval, a
-                # client once (it would not get better by asking again).
-                log.error("spool.drain_failed", path=str(spool.spool_dir(self.config)),
-                          error=f"{type(exc).__name__}: {exc}")
-                report = DrainReport()
-            self.passes += 1
-            if self.until_empty:
-                if not report.failed:
-                    return
-                pause = min(CLIENT_RETRY_MAX, pause * 2)
-            self._stop.wait(min(pause, LONGEST_PAUSE))
+    def _pass(self) -> float:
+        return self._passed(drain_once(self.config, self.pool))
+
+    def _failed(self, exc: BaseException, failures: int) -> float:
+        # An unreadable directory: a worker says so each interval, a client
+        # once (it would not get better by asking again).
+        log.error("spool.drain_failed", path=str(spool.spool_dir(self.config)),
+                  error=describe(exc))
+        return self._passed(DrainReport())
+
+    def _passed(self, report: DrainReport) -> float:
+        """Count a pass; the pause before the next (a client's drainer ends once
+        nothing it found failed, and backs off while something did)."""
+        self.passes += 1
+        if not self.until_empty:
+            return min(self.config.spool_interval, LONGEST_PAUSE)
+        if not report.failed:
+            self.service.stop()
+        self._backoff = self._backoff.increment()
+        return min(self._backoff.pause(), LONGEST_PAUSE)
 
 
 _started: set[tuple[int, str, str]] = set()

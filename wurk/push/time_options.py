@@ -9,8 +9,7 @@ Duties:
 2. Turn absolute times (an epoch or an aware datetime) into epoch seconds,
    and keep ``expires_in`` and ``expires_at`` exclusive: setting one clears
    the other inherited from the class.
-3. Define :class:`JobTimeout` (``wurk.JobTimeout``), which the worker raises.
-4. Stamp Sidekiq Pro's ``expiry`` field at push time (:func:`stamp_expiry`):
+3. Stamp Sidekiq Pro's ``expiry`` field at push time (:func:`stamp_expiry`):
    the run time (now, or the scheduled time) plus ``expires_in``.
 """
 
@@ -20,28 +19,12 @@ import math
 from datetime import datetime
 from typing import Any
 
+from wurk.core.validate import is_number
+
 # A duration this long is a mistake (an epoch passed as seconds), not a limit.
 MAX_DURATION = 1_000_000_000.0
 # Epoch seconds beyond this (year 5138) are garbage, not a time.
 MAX_EPOCH = 1e11
-
-
-class JobExpiredError(Exception):
-    """A job was dropped unrun: it was fetched after its expiry (what a result waiter sees)."""
-
-
-class JobTimeout(BaseException):
-    """A job ran past its ``timeout`` (raised inside it) or its ``hard_timeout``.
-
-    A BaseException, as asyncio's CancelledError is: library code's ``except
-    Exception`` must not swallow a time limit. ``finally`` blocks still run.
-    """
-
-    def __init__(self, message: str = "job ran past its time limit", *,
-                 seconds: float | None = None, hard: bool = False) -> None:
-        super().__init__(message)
-        self.seconds = seconds
-        self.hard = hard
 
 
 DURATIONS = ("expires_in", "timeout", "hard_timeout")
@@ -50,7 +33,7 @@ MOMENTS = ("expires_at", "deadline")
 
 def duration(name: str, value: Any) -> float:
     """A positive, finite number of seconds below :data:`MAX_DURATION`."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if not is_number(value):
         raise TypeError(f"{name} must be a number of seconds, got {value!r}")
     seconds = float(value)
     if not math.isfinite(seconds) or seconds <= 0 or seconds >= MAX_DURATION:
@@ -66,7 +49,7 @@ def moment(name: str, value: Any) -> float:
             raise ValueError(f"{name} needs a timezone-aware datetime, got naive {value!r} "
                              "(use datetime.now(UTC) or .replace(tzinfo=...))")
         return value.timestamp()
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if not is_number(value):
         raise TypeError(f"{name} must be epoch seconds or an aware datetime, got {value!r}")
     epoch = float(value)
     if not math.isfinite(epoch) or epoch < 0 or epoch >= MAX_EPOCH:

@@ -1,18 +1,15 @@
-"""The asyncio Redis pool: ``redis.asyncio`` connections under the same
-apply-safety policy as :mod:`wurk.redis.pool`.
+"""The asyncio Redis pool: ``redis.asyncio`` connections, the asyncio driver of
+the :class:`~wurk.redis.replay.Replay` the sync pool (:mod:`wurk.redis.pool`) drives.
 
 Duties:
-1. Read the URL as the sync pool does (AUTH and ACL users, db, ``rediss://``
-   TLS, unix sockets) with the same timeouts, RESP2 and redis-py's own
-   retries off; follow a Sentinel master through ``redis.asyncio.sentinel``.
-2. Dial before sending, so a failed dial is a
-   :class:`~wurk.redis.policy.ConnectError` (nothing applied); count
-   completed round trips; re-dial an idle socket the server closed while
-   that is still safe.
-3. Run a block and replay it only where
-   :func:`~wurk.redis.policy.retry_plan` allows, pausing with
-   ``asyncio.sleep`` (never blocking the loop); report each retry and
-   give-up to ``on_redis_error`` exactly as the sync pool does.
+1. Dial from the template the sync pool uses (:mod:`wurk.redis.sentinel`,
+   in its asyncio flavour): the same URL, timeouts, RESP2, redis-py's
+   retries off, a Sentinel master followed.
+2. Dial before sending and count completed round trips, as
+   :class:`~wurk.redis.connection.Conn` does and with its reply rules;
+   re-dial an idle socket the server closed while that is still safe.
+3. Run a block and replay it only where its replay judges it safe, pausing
+   with ``asyncio.sleep`` (never blocking the loop).
 4. Bound the pool: at most ``size`` connections; a checkout waits up to the
    checkout timeout, then raises :class:`~wurk.redis.policy.PoolExhausted`.
 5. A block cancelled mid-command closes its connection (its stream may be
@@ -28,16 +25,12 @@ import random
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-import redis.asyncio as aredis
 import redis.exceptions as rx
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 
-from wurk.redis.connection import quiet_and_open
-from wurk.redis.limits import Deadline
-from wurk.redis.policy import ConnectError, ErrorKind, Plan, PoolExhausted, classify, retry_plan
-from wurk.redis.pool import ReplayReporter, RetrySettings, _report_default, settings_of
-from wurk.redis.sentinel import SentinelSettings
+from wurk.redis.connection import applied, dialing, outcome, peer_closed
+from wurk.redis.policy import PoolExhausted
+from wurk.redis.replay import Replay, RetrySettings, pool_settings
+from wurk.redis.sentinel import ASYNC, SentinelSettings, connection_template
 from wurk.settings.hooks import RedisErrorHook
 
 if TYPE_CHECKING:
@@ -71,12 +64,8 @@ class AsyncConn:
                 return
             await raw.disconnect(nowait=True)
             self._on_redial()
-        try:
+        with dialing():
             await raw.connect()
-        except (rx.AuthenticationError, rx.AuthorizationError):
-            raise
-        except (rx.RedisError, OSError) as exc:
-            raise ConnectError(f"cannot connect to Redis: {exc}") from exc
 
     async def call(self, *args: Any, timeout: float | None = None) -> Any:
         """Send one command and return its reply; an error reply is raised."""
@@ -100,15 +89,9 @@ class AsyncConn:
                 replies.append(await self.raw.read_response(timeout=timeout))
             except rx.ResponseError as exc:
                 replies.append(exc)
-        # A batch refused outright (READONLY & co) applied nothing: the block stays clean.
-        if not all(isinstance(r, rx.ResponseError) and classify(r) is ErrorKind.FAILOVER
-                   for r in replies):
+        if applied(replies, transaction=False):
             self.round_trips += 1
-        if raise_on_error:
-            for reply in replies:
-                if isinstance(reply, rx.ResponseError):
-                    raise reply
-        return replies
+        return outcome(replies, transaction=False, raise_on_error=raise_on_error)
 
     async def script(self, script: Scripted, keys: list[str], args: list[Any]) -> Any:
         """EVALSHA; on NOSCRIPT (a restarted or flushed Redis, nothing ran) load and go again."""
@@ -132,65 +115,55 @@ def _server_closed(raw: Any) -> bool:
         return True
     if reader.at_eof() or len(reader._buffer):
         return True
-    sock = writer.get_extra_info("socket")
-    if sock is None or quiet_and_open is None:
-        return False
-    try:
-        return not quiet_and_open(sock.fileno())
-    except OSError:
-        return True
+    return bool(peer_closed(writer.get_extra_info("socket")))
 
 
-class AsyncRedisPool(ReplayReporter):
+class AsyncRedisPool:
     """A bounded pool of :class:`AsyncConn` with the apply-safety policy on top."""
 
     def __init__(self, url: str, *, size: int = 10, connect_timeout: float = 1.0,
                  read_timeout: float = 2.5, retry: RetrySettings | None = None,
                  on_error: RedisErrorHook | None = None,
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+                 rng: random.Random | None = None,
                  sentinel: SentinelSettings | None = None) -> None:
         self.url = url
         self.size = size
-        self.retry = retry or RetrySettings()
-        self.on_error = on_error or _report_default
-        self.deadline = Deadline()  # never set: no drain deadline in an event loop
-        self._rng = random.Random()
+        self.replay = Replay(retry, on_error, rng)
+        self.retry, self.on_error = self.replay.retry, self.replay.on_error
+        self.deadline = self.replay.deadline  # never set: no drain deadline in an event loop
         self._sleep = sleep
-        self.disruptions = 0
-        template = aredis.ConnectionPool.from_url(
-            url, socket_connect_timeout=connect_timeout, socket_timeout=read_timeout,
-            retry=Retry(NoBackoff(), 0), retry_on_timeout=False, health_check_interval=0,
-            protocol=2)
-        if sentinel is not None:
-            template = sentinel.async_pool_template(template.connection_kwargs, connect_timeout)
         # Kept: a Sentinel connection reaches its manager through this pool.
-        self._template = template
+        self._template = connection_template(url, ASYNC, connect_timeout=connect_timeout,
+                                             read_timeout=read_timeout, sentinel=sentinel)
         self._idle: list[AsyncConn] = []
         self._slots = asyncio.Semaphore(size)
 
     @classmethod
     def from_config(cls, config: Config) -> AsyncRedisPool:
-        return cls(config.redis_url, **settings_of(config))
+        return cls(config.redis_url, **pool_settings(config))
 
-    def _note_disruption(self) -> None:
-        self.disruptions += 1
+    @property
+    def disruptions(self) -> int:
+        """Connections dropped for Redis trouble so far (see ``RedisPool.disruptions``)."""
+        return self.replay.disruptions
 
     async def _checkout(self) -> AsyncConn:
         try:
             if self._slots.locked():
-                async with asyncio.timeout(self.retry.checkout_timeout):
+                async with asyncio.timeout(self.replay.checkout_timeout()):
                     await self._slots.acquire()
             else:
                 await self._slots.acquire()  # free: no timer to arm
         except TimeoutError:
             exc = PoolExhausted(f"no Redis connection free in {self.size}-slot pool")
-            self.on_error(exc, attempt=1, action="give_up")
+            self.replay.starved(exc, 1, tries=1)  # a waiting coroutine costs nothing: no retry
             raise exc from None
         if self._idle:
             return self._idle.pop()
         template = self._template
         return AsyncConn(template.connection_class(**template.connection_kwargs),
-                         self._note_disruption)
+                         self.replay.note_disruption)
 
     def _checkin(self, conn: AsyncConn) -> None:
         self._idle.append(conn)
@@ -198,7 +171,7 @@ class AsyncRedisPool(ReplayReporter):
 
     async def run(self, block: Callable[[AsyncConn], Awaitable[T]], *, idempotent: bool = False,
                   attempts: int | None = None) -> T:
-        """Run ``await block(conn)``, replaying it only where :func:`retry_plan` allows."""
+        """Run ``await block(conn)``, replaying it only where the replay judges it safe."""
         conn = await self._checkout()
         try:
             return await self._run_on(conn, block, idempotent, attempts or self.retry.max_attempts)
@@ -211,22 +184,23 @@ class AsyncRedisPool(ReplayReporter):
 
     async def _run_on(self, conn: AsyncConn, block: Callable[[AsyncConn], Awaitable[T]],
                       idempotent: bool, max_attempts: int) -> T:
-        for attempt in range(1, max_attempts + 2):
+        attempt = 0
+        while True:
+            attempt += 1
             odometer = conn.round_trips
             try:
-                return await block(conn)
+                value = await block(conn)
+                self.replay.answered = True
+                return value
             except Exception as exc:
-                kind = classify(exc)
-                if kind is not ErrorKind.OTHER:
+                verdict = self.replay.judge(exc, attempt, max_attempts, idempotent=idempotent,
+                                            dirty=conn.round_trips != odometer)
+                if verdict.redial:
                     await conn.close()
-                    self._note_disruption()
-                plan = retry_plan(kind, attempt, max_attempts, idempotent=idempotent,
-                                  dirty=conn.round_trips != odometer)
-                delay = None if plan is Plan.PROPAGATE else self.replay_delay(exc, plan, attempt)
-                if delay is None:
+                self.replay.report(exc, attempt, verdict)
+                if verdict.pause is None:
                     raise
-                await self._sleep(delay)
-        raise AssertionError("retry_plan ends every run within max_attempts")  # pragma: no cover
+                await self._sleep(verdict.pause)  # even 0: a failover retry yields to the loop
 
     async def pipeline(self, commands: Sequence[Sequence[Any]], *, idempotent: bool = False,
                        attempts: int | None = None) -> list[Any]:

@@ -10,6 +10,10 @@ Duties:
 3. Keep every dial and read inside the pool's deadline while one is set.
 4. Send pipelines as one write and read every reply, keeping the stream in
    step even when a reply is an error.
+5. Hold what the asyncio connection (:class:`wurk.redis.apool.AsyncConn`)
+   shares with this one, none of it I/O: the dial's error (:func:`dialing`),
+   the idle-socket peek (:func:`peer_closed`), and what a batch of replies
+   means (:func:`applied`, :func:`outcome`).
 """
 
 from __future__ import annotations
@@ -19,12 +23,13 @@ import errno
 import os
 import socket
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import redis.exceptions as rx
 
-from wurk.redis.limits import Deadline
+from wurk.redis.deadline import Deadline
 from wurk.redis.policy import ConnectError, ErrorKind, classify
 
 
@@ -54,18 +59,39 @@ def _load_peek() -> Callable[[int], bool] | None:
 quiet_and_open = _load_peek()
 
 
+def peer_closed(sock: Any) -> bool | None:
+    """Whether the server closed an idle socket (EOF, an error, or bytes nobody
+    asked for: a reply out of step), peeked without blocking; None where the
+    socket cannot be peeked."""
+    if sock is None or quiet_and_open is None:
+        return None
+    try:
+        return not quiet_and_open(sock.fileno())
+    except OSError:
+        return True
+
+
 def _server_closed(raw: Any) -> bool:
-    """True when an idle socket must be re-dialed: EOF, an error, or bytes
-    nobody asked for (a reply out of step)."""
-    if quiet_and_open is not None:
-        try:
-            return not quiet_and_open(raw._sock.fileno())
-        except OSError:
-            return True
+    """True when an idle socket must be re-dialed."""
+    closed = peer_closed(raw._sock)
+    if closed is not None:
+        return closed
     try:
         return bool(raw.can_read(0))
     except (rx.ConnectionError, OSError):
         return True
+
+
+@contextmanager
+def dialing() -> Iterator[None]:
+    """Around a dial: a failure is a :class:`ConnectError` (nothing was sent),
+    but a refused password or ACL, which no redial cures."""
+    try:
+        yield
+    except (rx.AuthenticationError, rx.AuthorizationError):
+        raise
+    except (rx.RedisError, OSError) as exc:
+        raise ConnectError(f"cannot connect to Redis: {exc}") from exc
 
 
 class Conn:
@@ -92,16 +118,18 @@ class Conn:
             # (Sentinel kills the clients of the servers it reconfigures).
             if self._on_redial is not None:
                 self._on_redial()
-        connect_timeout = raw.socket_connect_timeout
+        connect_timeout, read_timeout = raw.socket_connect_timeout, raw.socket_timeout
         raw.socket_connect_timeout = self._deadline.clip(connect_timeout)
+        # redis-py reads the handshake's replies on the read timeout: a dial
+        # under a drain's deadline must end by it too, not a read timeout later.
+        raw.socket_timeout = self._deadline.clip(read_timeout)
         try:
-            raw.connect()
-        except (rx.AuthenticationError, rx.AuthorizationError):
-            raise
-        except (rx.RedisError, OSError) as exc:
-            raise ConnectError(f"cannot connect to Redis: {exc}") from exc
+            with dialing():
+                raw.connect()
         finally:
-            raw.socket_connect_timeout = connect_timeout
+            raw.socket_connect_timeout, raw.socket_timeout = connect_timeout, read_timeout
+            if raw._sock is not None:
+                raw._sock.settimeout(read_timeout)
 
     def _read_timeout(self, timeout: float | None) -> float | None:
         """The read timeout for one reply: as asked, clipped to the pool's deadline."""
@@ -146,29 +174,36 @@ class Conn:
                                else self.raw.read_response())
             except rx.ResponseError as exc:
                 replies.append(exc)
-        # As in call(): a batch the server refused outright (READONLY & co, or
-        # a transaction whose EXEC never ran) applied nothing and leaves the block clean.
-        if not _applied_nothing(replies, transaction):
+        if applied(replies, transaction):
             self.round_trips += 1
-        if transaction:
-            # A replica answers each queued write with READONLY and then EXEC
-            # with EXECABORT; surface the READONLY so failover handling sees it.
-            queued_errors = [r for r in replies[1:-1] if isinstance(r, rx.ResponseError)]
-            if queued_errors and not isinstance(replies[-1], list):
-                raise queued_errors[0]
-            replies = replies[-1] if isinstance(replies[-1], list) else [replies[-1]]
-        if raise_on_error:
-            for reply in replies:
-                if isinstance(reply, rx.ResponseError):
-                    raise reply
-        return replies
+        return outcome(replies, transaction=transaction, raise_on_error=raise_on_error)
 
     def close(self) -> None:
         self.raw.disconnect()
 
 
-def _applied_nothing(replies: list[Any], transaction: bool) -> bool:
+def applied(replies: list[Any], transaction: bool) -> bool:
+    """Whether a batch's replies show it reached Redis: not when the server refused
+    it outright (READONLY & co, or a transaction whose EXEC never ran), which
+    applied nothing and so leaves the block clean."""
     if transaction:
-        return not isinstance(replies[-1], list)
-    return all(isinstance(r, rx.ResponseError) and classify(r) is ErrorKind.FAILOVER
-               for r in replies)
+        return isinstance(replies[-1], list)
+    return not all(isinstance(r, rx.ResponseError) and classify(r) is ErrorKind.FAILOVER
+                   for r in replies)
+
+
+def outcome(replies: list[Any], *, transaction: bool, raise_on_error: bool) -> list[Any]:
+    """The replies a batch gives its caller: EXEC's for a transaction, and the
+    first error raised with ``raise_on_error``."""
+    if transaction:
+        # A replica answers each queued write with READONLY and then EXEC
+        # with EXECABORT; surface the READONLY so failover handling sees it.
+        queued_errors = [r for r in replies[1:-1] if isinstance(r, rx.ResponseError)]
+        if queued_errors and not isinstance(replies[-1], list):
+            raise queued_errors[0]
+        replies = replies[-1] if isinstance(replies[-1], list) else [replies[-1]]
+    if raise_on_error:
+        for reply in replies:
+            if isinstance(reply, rx.ResponseError):
+                raise reply
+    return replies

@@ -13,17 +13,20 @@ Duties:
    failure or on an idempotent block with backoff and jitter up to a cap;
    one immediate reconnect-and-retry on READONLY/NOREPLICAS/UNBLOCKED; never
    replay a non-idempotent block once one of its round trips completed.
-3. Space replays with :func:`backoff_delay`.
+3. Space replays, and every other retry through Redis trouble, with
+   :func:`trouble_backoff` (a :class:`~wurk.core.backoff.Backoff`).
+4. Tell Redis trouble, which a caller may wait out and retry, from a defect
+   of ours (a value that cannot be encoded, a bug) with :func:`redis_trouble`.
 """
 
 from __future__ import annotations
 
 import enum
-import random
 
 import redis.exceptions as rx
 
-from wurk.redis.limits import DeadlinePassed
+from wurk.core.backoff import Backoff, Jitter
+from wurk.redis.deadline import DeadlinePassed
 
 # Replies that mean the server we reached is not (or no longer) the primary.
 FAILOVER_PREFIXES = ("READONLY", "NOREPLICAS", "UNBLOCKED")
@@ -70,6 +73,16 @@ def classify(error: BaseException) -> ErrorKind:
     return ErrorKind.OTHER
 
 
+def redis_trouble(error: BaseException) -> bool:
+    """Whether ``error`` came from Redis or the way to it, so that waiting and
+    sending again may cure it: anything redis-py raises (an outage, a refusal,
+    a script error) or the socket does (OSError, the builtin timeouts), but
+    not a DataError, a value redis-py cannot encode, which is ours."""
+    if isinstance(error, rx.DataError):
+        return False
+    return isinstance(error, rx.RedisError | OSError)
+
+
 def retry_plan(kind: ErrorKind, attempt: int, max_attempts: int, *,
                idempotent: bool, dirty: bool) -> Plan:
     """What to do after attempt number ``attempt`` (1-based) failed.
@@ -87,7 +100,13 @@ def retry_plan(kind: ErrorKind, attempt: int, max_attempts: int, *,
     return Plan.BACKOFF if attempt < max_attempts else Plan.EXHAUSTED
 
 
-def backoff_delay(attempt: int, base: float, cap: float, rng: random.Random) -> float:
-    """Exponential from ``base``, capped, with up to 50% jitter to de-sync a fleet."""
-    delay: float = min(cap, base * (2 ** (attempt - 1)))
-    return delay + rng.random() * delay * 0.5
+# The shortest wait between tries through trouble (``redis_retry_base`` may be
+# 0): a refused dial returns at once, and a retry loop must not spin on it.
+SHORTEST_WAIT = 0.01
+
+
+def trouble_backoff(base: float, cap: float) -> Backoff:
+    """The wait between tries through Redis trouble: ``base`` doubling up to
+    ``cap``, plus up to half again of jitter so that a fleet which lost Redis
+    together does not come back in step."""
+    return Backoff(first=base, cap=cap, jitter=Jitter.ADD, spread=0.5)

@@ -1,26 +1,45 @@
-"""Redis Sentinel: where the sentinels run and which master to follow.
+"""How a pool's connections dial: the URL read by redis-py, or Redis Sentinel
+asked where the master is.
 
 Duties:
 1. Read the sentinel addresses, master name and password from the settings.
-2. Build a connection pool template whose connections ask the sentinels for
-   the master on every dial, so a reconnect after a failover reaches the
-   promoted replica (for redis-py's sync and asyncio connections both).
+2. Build the connection template a pool dials from (:func:`connection_template`),
+   for redis-py's sync or asyncio connections (a :class:`Flavor`): the URL's
+   auth, db, TLS and unix socket, with redis-py's own retries off and RESP2;
+   with Sentinel, connections that ask the sentinels for the master on every
+   dial, so a reconnect after a failover reaches the promoted replica.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import redis
+import redis.asyncio as aredis
+import redis.asyncio.retry as aretry
 import redis.asyncio.sentinel as asentinel
-from redis.asyncio.retry import Retry as AsyncRetry
+import redis.retry
+import redis.sentinel
 from redis.backoff import NoBackoff
-from redis.retry import Retry
-from redis.sentinel import Sentinel, SentinelConnectionPool
 
 if TYPE_CHECKING:
     from wurk.settings.config import Config
+
+
+class Flavor(NamedTuple):
+    """redis-py's classes for one kind of I/O: sync sockets or asyncio."""
+
+    pool: Any
+    retry: Any
+    sentinel: Any
+    sentinel_pool: Any
+
+
+SYNC = Flavor(redis.ConnectionPool, redis.retry.Retry, redis.sentinel.Sentinel,
+              redis.sentinel.SentinelConnectionPool)
+ASYNC = Flavor(aredis.ConnectionPool, aretry.Retry, asentinel.Sentinel,
+               asentinel.SentinelConnectionPool)
 
 
 @dataclass(frozen=True)
@@ -41,21 +60,25 @@ class SentinelSettings:
             pairs.append((host, int(port)))
         return cls(tuple(pairs), str(config.sentinel_master), config.sentinel_password)
 
-    def pool_template(self, kwargs: dict[str, Any],
-                      connect_timeout: float) -> redis.ConnectionPool:
-        """A pool whose connections ask the sentinels for the master on every dial,
-        so a reconnect after a failover reaches the promoted replica."""
+    def template(self, kwargs: dict[str, Any], connect_timeout: float, flavor: Flavor) -> Any:
+        """A pool whose connections ask the sentinels for the master on every dial."""
         own = {k: v for k, v in kwargs.items() if k not in ("host", "port", "connection_class")}
-        manager = Sentinel(list(self.sentinels), sentinel_kwargs={  # type: ignore[no-untyped-call]
+        manager = flavor.sentinel(list(self.sentinels), sentinel_kwargs={
             "socket_timeout": connect_timeout, "socket_connect_timeout": connect_timeout,
-            "password": self.password, "retry": Retry(NoBackoff(), 0)})
-        return SentinelConnectionPool(self.master, manager, **own)  # type: ignore[no-untyped-call]
+            "password": self.password, "retry": flavor.retry(NoBackoff(), 0)})
+        return flavor.sentinel_pool(self.master, manager, **own)
 
-    def async_pool_template(self, kwargs: dict[str, Any],
-                            connect_timeout: float) -> Any:
-        """The same for ``redis.asyncio``: its Sentinel pool asks for the master on every dial."""
-        own = {k: v for k, v in kwargs.items() if k not in ("host", "port", "connection_class")}
-        manager = asentinel.Sentinel(list(self.sentinels), sentinel_kwargs={  # type: ignore[no-untyped-call]
-            "socket_timeout": connect_timeout, "socket_connect_timeout": connect_timeout,
-            "password": self.password, "retry": AsyncRetry(NoBackoff(), 0)})
-        return asentinel.SentinelConnectionPool(self.master, manager, **own)  # type: ignore[no-untyped-call]
+
+def connection_template(url: str, flavor: Flavor, *, connect_timeout: float, read_timeout: float,
+                        sentinel: SentinelSettings | None) -> Any:
+    """The redis-py pool a wurk pool takes its connection class and kwargs from
+    (it owns the pooling itself)."""
+    template = flavor.pool.from_url(
+        url, socket_connect_timeout=connect_timeout, socket_timeout=read_timeout,
+        retry=flavor.retry(NoBackoff(), 0), retry_on_timeout=False, health_check_interval=0,
+        # RESP2, as Sidekiq speaks: reply shapes must not change with the redis-py version.
+        protocol=2,
+    )
+    if sentinel is None:
+        return template
+    return sentinel.template(template.connection_kwargs, connect_timeout, flavor)

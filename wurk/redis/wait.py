@@ -1,8 +1,8 @@
 """Waiting for Redis at start: an unreachable Redis is an outage, not a boot error.
 
 Duties:
-1. :func:`wait_for_redis`: PING until Redis answers, backing off from
-   :data:`FIRST_PAUSE` doubling to :data:`MAX_PAUSE`, with one readable log
+1. :func:`wait_for_redis`: PING until Redis answers, backing off by
+   :data:`PAUSES` (0.5 s doubling to 10 s, no jitter), with one readable log
    line per failed attempt (``redis.unreachable``, the URL without its
    password) and one when Redis answers. Errors that waiting cannot fix
    (a wrong password, an ACL refusal) are raised at once.
@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from wurk.core.backoff import Backoff
 from wurk.core.logging import get_logger
 from wurk.core.redaction import redact_url
 from wurk.redis.policy import ErrorKind, PoolExhausted, classify
@@ -30,8 +31,9 @@ if TYPE_CHECKING:
     from wurk.redis.pool import RedisPool
 
 log = get_logger("wurk.redis")
-FIRST_PAUSE = 0.5
-MAX_PAUSE = 10.0
+# As docs/explanation/internals.md states them, unjittered: a wait is one
+# cheap PING, and each attempt's log line names the next delay.
+PAUSES = Backoff(first=0.5, cap=10.0)
 # How often a waiting process says it is still alive (see wait_for_redis).
 ALIVE_EVERY = 1.0
 # Sent on the owner's wakeup socket when the wait ends; no signal has number 0.
@@ -42,11 +44,6 @@ def waiting_helps(exc: BaseException) -> bool:
     """True for failures an outage explains: a refused or failed dial, a lost
     connection, a timeout, a server still loading or not (yet) the primary."""
     return isinstance(exc, PoolExhausted) or classify(exc) is not ErrorKind.OTHER
-
-
-def pause(attempt: int) -> float:
-    """The wait after failed attempt ``attempt`` (1-based): doubling, capped."""
-    return float(min(MAX_PAUSE, FIRST_PAUSE * 2 ** min(attempt - 1, 32)))
 
 
 def wait_for_redis(pool: RedisPool, stop: threading.Event,
@@ -67,7 +64,7 @@ def wait_for_redis(pool: RedisPool, stop: threading.Event,
         except Exception as exc:
             if not waiting_helps(exc):
                 raise
-            delay = pause(attempt)
+            delay = PAUSES.delay(attempt)
             log.warning("redis.unreachable", url=redact_url(pool.url), attempt=attempt,
                         retry_in=delay, error=f"{type(exc).__name__}: {exc}")
             _pause(stop, delay, alive)

@@ -2,9 +2,9 @@
 
 ``executor = "asyncio"`` (``wurk run --executor asyncio``, or a topology
 slot's ``executor``) makes the launcher build an :class:`AsyncManager`
-instead of the threads :class:`~wurk.runtime.manager.Manager`; it keeps the
-Manager's fetch, in-flight table, counters and hand-back, and changes who
-runs the jobs.
+instead of the threads :class:`~wurk.runtime.manager.Manager`. Each holds a
+:class:`~wurk.runtime.crew.Crew` of its own (the fetch, the lifecycle, the
+in-flight table, counters and hand-back); this one changes who runs the jobs.
 
 Duties:
 1. Feed the loop from the same fetch machinery (basic, or reliable with its
@@ -12,7 +12,7 @@ Duties:
    fetch one feeder thread takes every free place (:class:`Places`, of
    ``concurrency``) and fills them with one claim; with basic fetch a few
    feeder threads (:data:`FEEDERS`) each take a place and hold one BRPOP
-   open. Fetched jobs go to the process's loop (``wurk.runtime.aio``),
+   open. Fetched jobs go to the process's loop (``wurk.runtime.event_loop``),
    where each becomes a task (:meth:`AsyncProcessor.process_async`) under
    a slot of its own in the in-flight table, which the heartbeat reports;
    a job's settlement runs on a bookkeeping thread (a plain success's on
@@ -48,9 +48,9 @@ from typing import TYPE_CHECKING
 from wurk.core import logging as wlog
 from wurk.core import threads
 from wurk.core.logging import get_logger
-from wurk.redis.pools import pool_for
-from wurk.runtime import aio
+from wurk.runtime import event_loop
 from wurk.runtime.aio_processor import AsyncProcessor, Settle
+from wurk.runtime.crew import Crew
 from wurk.runtime.manager import ERROR_PAUSE, Manager
 from wurk.runtime.reliable_fetch import ReliableFetch
 from wurk.settings.config import ASYNCIO_FEEDERS
@@ -59,6 +59,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from wurk.push.job import Registry
+    from wurk.redis.runtime import Runtime
     from wurk.runtime.work import UnitOfWork
     from wurk.settings.config import Config
     from wurk.settings.queues import QueuePlan
@@ -73,19 +74,24 @@ CANCEL_GRACE = 1.0
 
 
 def make_manager(config: Config, plan: QueuePlan, registry: Registry,
-                 identity: str) -> Manager:
+                 identity: str, *, runtime: Runtime | None = None) -> Manager | AsyncManager:
     """The manager ``config.executor`` names."""
     if config.executor == "asyncio":
-        return AsyncManager(config, plan, registry, identity)
-    return Manager(config, plan, registry, identity)
+        return AsyncManager(config, plan, registry, identity, runtime=runtime)
+    return Manager(config, plan, registry, identity, runtime=runtime)
 
 
-class AsyncManager(Manager):
+class AsyncManager:
     def __init__(self, config: Config, plan: QueuePlan, registry: Registry,
-                 identity: str) -> None:
-        super().__init__(config, plan, registry, identity)
-        self.processor: AsyncProcessor = AsyncProcessor(
-            config, registry, self.fetch, self.counters, self.in_flight)
+                 identity: str, *, runtime: Runtime | None = None) -> None:
+        crew = self.crew = Crew(config, plan, registry, identity, runtime=runtime)
+        # The crew's parts, named here as the launcher and the heartbeat use them.
+        self.config, self.runtime, self.fetch = crew.config, crew.runtime, crew.fetch
+        self.counters, self.in_flight, self.retry = crew.counters, crew.in_flight, crew.retry
+        self.timer, self.lifecycle, self.processor = crew.timer, crew.lifecycle, crew.processor
+        self._quiet, self._threads = crew.quiet_flag, crew.threads
+        self.cancels = crew.cancels
+        self.tasks = AsyncProcessor(self.lifecycle, self.processor)
         self._places = Places(config.concurrency)
         self._lock = threading.Lock()
         self._settled = threading.Condition(self._lock)
@@ -100,7 +106,7 @@ class AsyncManager(Manager):
         self._numbers = itertools.count(1)
 
     def start(self) -> None:
-        aio.loop()  # started now: the first job does not pay for it
+        event_loop.loop()  # started now: the first job does not pay for it
         self.fetch.start()
         if isinstance(self.fetch, ReliableFetch):
             self._threads.append(threads.start(
@@ -110,6 +116,17 @@ class AsyncManager(Manager):
         for index in range(min(self.config.concurrency, FEEDERS)):
             self._threads.append(threads.start("feeder", self._feed, stopped=self._quiet.is_set,
                                                name=f"wurk-feeder-{index}"))
+
+    @property
+    def quieting(self) -> bool:
+        return self.crew.quieting
+
+    def kill(self, jid: str) -> bool:
+        """``wurk cancel --kill`` (see :meth:`Crew.kill`)."""
+        return self.crew.kill(jid)
+
+    def quiet(self) -> None:
+        self.crew.quiet()
 
     def running(self) -> int:
         """Jobs handed to the loop and not yet settled."""
@@ -151,13 +168,13 @@ class AsyncManager(Manager):
         if self._stopping:  # taken by a fetch still open as the stop went by
             self._places.give(len(works))
             for work in works:
-                self._give_back("", work)
+                self.crew.give_back("", work)
             return
         self._hand_over(works)  # even once quiet: basic fetch already took it
 
     def _hand_over(self, works: list[UnitOfWork]) -> None:
         """To the loop; one wake-up of the loop carries every job handed over meanwhile."""
-        loop = aio.loop()
+        loop = event_loop.loop()
         with self._lock:
             self._active += len(works)
             self._inbox.extend(works)
@@ -170,7 +187,7 @@ class AsyncManager(Manager):
         except RuntimeError:  # the loop closed as they were handed over
             for stranded in self._empty_inbox():
                 self._ended()
-                self._give_back("", stranded)
+                self.crew.give_back("", stranded)
 
     def _empty_inbox(self) -> list[UnitOfWork]:
         with self._lock:
@@ -194,7 +211,7 @@ class AsyncManager(Manager):
     async def _one(self, work: UnitOfWork, slot: str) -> bool:
         """Run the job; True when its settlement was handed to a bookkeeping thread."""
         try:
-            settle = await self.processor.process_async(work, slot)
+            settle = await self.tasks.process_async(work, slot)
         except asyncio.CancelledError:
             # A stop pushed the job back (its outcome is dropped); anything
             # else that cancels (the loop winding down) leaves it to give back.
@@ -214,7 +231,7 @@ class AsyncManager(Manager):
 
     def _send_settling(self) -> None:
         batch, self._settling = self._settling, []
-        self.processor.bookkeeping.submit(self._settle_all, batch)
+        self.tasks.bookkeeping.submit(self._settle_all, batch)
 
     def _settle_all(self, batch: list[tuple[str, UnitOfWork, Settle]]) -> None:
         """On a bookkeeping thread: settle each job, then free its place."""
@@ -223,7 +240,7 @@ class AsyncManager(Manager):
                 settle()
             except BaseException as exc:  # noqa: BLE001 - a bug of ours: the job goes back
                 log.error("processor.error", queue=work.queue, error=threads.describe(exc))
-                self._give_back(slot, work)
+                self.crew.give_back(slot, work)
             finally:
                 self._ended()
 
@@ -241,8 +258,8 @@ class AsyncManager(Manager):
         self._ended()
 
     def _give_back_aside(self, slot: str, work: UnitOfWork | None) -> None:
-        """``Manager._give_back`` off the loop (it is a Redis round trip)."""
-        threading.Thread(target=self._give_back, args=(slot, work), daemon=True,
+        """``Crew.give_back`` off the loop (it is a Redis round trip)."""
+        threading.Thread(target=self.crew.give_back, args=(slot, work), daemon=True,
                          name="wurk-give-back").start()
 
     def _ended(self) -> None:
@@ -261,31 +278,31 @@ class AsyncManager(Manager):
         """Quiet, wait for running jobs until ``deadline`` (monotonic), hand back the rest."""
         self.quiet()
         # Sync jobs still waiting for a pool thread go straight back, unstarted.
-        requeued = self._give_back_unstarted(self.processor.take_unstarted())
+        requeued = self._give_back_unstarted(self.tasks.take_unstarted())
         self._wait_settled(deadline)
         with self._lock:
             # From now on a feeder gives back itself what its last fetch returns.
             self._stopping = True
         leftovers = self.in_flight.abandon_all()
-        requeued += self._requeue(leftovers)
-        requeued += self._give_back_unstarted(self.processor.take_unstarted())
+        requeued += self.crew.requeue(leftovers)
+        requeued += self._give_back_unstarted(self.tasks.take_unstarted())
         if self.running():
             self._cancel_on_loop()
             self._wait_settled(time.monotonic() + self._grace())
-        self.processor.timer.stop()
+        self.timer.stop()
         self.fetch.stop()
-        self._drain_fetches()
+        self.crew.drain_fetches()
         self._wait_settled(time.monotonic() + self._grace())
         with self._lock:
             unstarted, self._unstarted = self._unstarted, []
-        requeued += self._give_back_unstarted(unstarted + self.processor.take_unstarted())
-        self.processor.stop_pools()
+        requeued += self._give_back_unstarted(unstarted + self.tasks.take_unstarted())
+        self.tasks.stop_pools()
         return requeued
 
     def _grace(self) -> float:
         """A wait for cancelled tasks: at most half of what is left of the drain's
         deadline for Redis, so the give-backs after it still get through."""
-        left = pool_for(self.config).deadline.clip(CANCEL_GRACE)
+        left = self.runtime.pool.deadline.clip(CANCEL_GRACE)
         return CANCEL_GRACE if left is None else left / 2
 
     def _wait_settled(self, deadline: float) -> bool:
@@ -295,7 +312,7 @@ class AsyncManager(Manager):
 
     def _cancel_on_loop(self) -> None:
         with contextlib.suppress(RuntimeError):  # closed: its tasks went with it
-            aio.loop().call_soon_threadsafe(self._cancel_tasks)
+            event_loop.loop().call_soon_threadsafe(self._cancel_tasks)
 
     def _give_back_unstarted(self, works: list[UnitOfWork]) -> int:
         if not works:

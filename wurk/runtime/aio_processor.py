@@ -1,32 +1,33 @@
-"""The asyncio executor's processor: one fetched job, run as a task on the process's loop.
+"""The asyncio executor's processor: drives one fetched job through its lifecycle as a task.
 
-It is the threads executor's :class:`~wurk.runtime.processor.Processor`
-with one more entry point, :meth:`AsyncProcessor.process_async`; every
-outcome goes through the same methods (acknowledge, the atomic settle,
-retries, dead, results, batches, unique locks), so the guarantees are the
-same ones.
+The run is the job lifecycle's skeleton (``wurk.runtime.lifecycle``), the
+same one the threads executor drives, so every outcome (acknowledge, the
+atomic settle, retries, dead, and each feature's steps) is settled the same
+way and the guarantees are the same ones. This driver adds what is
+particular to a task on the process's loop:
 
 Duties:
 1. An ``async def`` job whose server middleware is all ``async def`` (or
-   absent), with no profile asked, runs natively:
+   absent), with no step that needs a thread (a profile), runs natively:
    its coroutine and the middleware chain are awaited in this task (the
    job's payload in ``wurk.runtime.middleware``'s context variable, the
-   batch it belongs to in ``wurk.push.batch``'s, both per task), under
-   ``wurk.runtime.aio_limits`` when it has time limits, with the same
+   batch it belongs to in ``wurk.batches.client``'s, both per task), under
+   its steps' ``around_async`` hooks (time limits), with the same
    ``job.start``/``job.done``/``job.fail`` lines (``tid`` is the slot) and
    the same metrics and per-class figures when they are on.
 2. Every other job (a sync job, an unknown class, a malformed payload, an
    async job behind a sync middleware, a profiled one) runs on the
-   executor's bounded pool of sync threads (``executor_threads``) through the threads executor's own
-   ``Processor.process``, unchanged; an async job there waits on this same
-   loop (``wurk.runtime.aio``), never blocking it.
-3. Redis bookkeeping never runs on the loop: a native job's start checks
-   (expiry, a unique lock released at start) run on a small pool of
-   bookkeeping threads, and its settlement (success: the result, batch and
-   acknowledgement; failure: error handlers, retry plan, atomic settle) is
-   returned for the manager to run there, many at a time; a Redis outage
-   stalls only the jobs that must wait for it. A plain success (no result,
-   batch or unique lock to write) settles on the loop, saving the hand-off:
+   executor's bounded pool of sync threads (``executor_threads``) through
+   the threads executor's :class:`~wurk.runtime.processor.Processor`; an
+   async job there waits on this same loop (``wurk.runtime.event_loop``), never
+   blocking it.
+3. Redis bookkeeping never runs on the loop: a native job's ``admit`` and
+   ``start`` steps (expiry, a unique lock released at start) run on a small
+   pool of bookkeeping threads, and its settlement (success: its steps and
+   the acknowledgement; failure: error handlers, retry plan, atomic settle)
+   is returned for the manager to run there, many at a time; a Redis outage
+   stalls only the jobs that must wait for it. A plain success (no step
+   with anything to write) settles on the loop, saving the hand-off:
    its acknowledgement waits for the next claim, or, when reliable fetch's
    fetcher blocks or stops, is sent from a bookkeeping thread (basic fetch
    has nothing to acknowledge).
@@ -43,27 +44,21 @@ import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
-from wurk.core import joblog
-from wurk.core.logging import get_logger
-from wurk.core.threads import describe
-from wurk.limiter.base import reschedulable
-from wurk.observe import metrics
-from wurk.runtime import aio, aio_limits, batch, middleware, results, time_limits, unique
-from wurk.runtime.aio_pool import ThreadPool
-from wurk.runtime.processor import Processor
+from wurk.runtime import event_loop, middleware
+from wurk.runtime.thread_pool import ThreadPool
 from wurk.settings import config as config_module
-from wurk.wire import batch as batch_wire
-from wurk.wire import unique as unique_wire
+from wurk.wire import keywords
 from wurk.wire.payload import PayloadError, loads_job
 
 if TYPE_CHECKING:
-    from wurk.push.job import Registered, Registry
-    from wurk.runtime.inflight import Counters, InFlightTable
-    from wurk.runtime.work import Fetch, UnitOfWork
+    from wurk.push.job import Registered
+    from wurk.runtime.lifecycle.skeleton import Lifecycle
+    from wurk.runtime.lifecycle.step import Plan, Run
+    from wurk.runtime.processor import Processor
+    from wurk.runtime.work import UnitOfWork
     from wurk.settings.config import Config
     from wurk.settings.hooks import ServerMiddleware
 
-log = get_logger("wurk.processor")
 # A job's settlement, to run on a bookkeeping thread.
 Settle = Callable[[], None]
 
@@ -73,27 +68,26 @@ def sync_threads(config: Config) -> int:
     return config_module.sync_threads(config.concurrency, config.executor_threads)
 
 
-class AsyncProcessor(Processor):
-    def __init__(self, config: Config, registry: Registry, fetch: Fetch,
-                 counters: Counters, in_flight: InFlightTable) -> None:
-        super().__init__(config, registry, fetch, counters, in_flight)
+class AsyncProcessor:
+    def __init__(self, lifecycle: Lifecycle, threaded: Processor) -> None:
+        self.lifecycle = lifecycle
+        self.threaded = threaded  # runs every job that is not native, on a sync thread
+        config = lifecycle.config
         self.sync_pool = ThreadPool(sync_threads(config), "sync")
         # Bookkeeping threads: a round trip or two per job each, never a job's own code.
         self.bookkeeping = ThreadPool(min(config.concurrency, config_module.ASYNCIO_BOOKKEEPING),
                                       "bookkeeping")
-        self._observed = metrics.for_config(config)
-        self.hard_limits = aio_limits.HardWatch(self.timer)
         self._chain_seen: tuple[int, ...] = ()
         self._chain_async = False
 
     def stop_pools(self) -> None:
-        self.hard_limits.stop()
         self.sync_pool.stop()
         self.bookkeeping.stop()
 
     def take_unstarted(self) -> list[UnitOfWork]:
         """Jobs queued for a sync thread that none has started (a stop gives them back)."""
-        return [args[0] for fn, args in self.sync_pool.take_queued() if fn == self.process]
+        return [args[0] for fn, args in self.sync_pool.take_queued()
+                if fn == self.threaded.process]
 
     async def process_async(self, work: UnitOfWork, slot: str) -> Settle | None:
         """Run one job; what is left to do off the loop (its settlement), if anything.
@@ -104,112 +98,72 @@ class AsyncProcessor(Processor):
             job: dict[str, Any] | None = loads_job(work.raw)
         except PayloadError:
             job = None
-        entry = self.registry.find(job["class"]) if job is not None else None
-        if job is None or entry is None or not self._native(job, entry):
-            await self.sync_pool.call(self.process, work, slot)
+        lifecycle = self.lifecycle
+        entry = lifecycle.registry.find(job["class"]) if job is not None else None
+        plan = self._native_plan(job, entry) if job is not None and entry is not None else None
+        if job is None or entry is None or plan is None:
+            await self.sync_pool.call(self.threaded.process, work, slot)
             return None
-        return await self._native_run(job, work, slot, entry)
+        run = lifecycle.begin(work, slot, job, entry, plan)
+        if run is None:
+            # Fetched after a stop gave up waiting: straight back, off the loop.
+            return functools.partial(lifecycle.requeue_or_report, work)
+        return await self._native_run(run)
 
-    def _native(self, job: dict[str, Any], entry: Registered) -> bool:
-        return entry.coroutine and "profile" not in job and self._chain_is_async()
+    def _native_plan(self, job: dict[str, Any], entry: Registered) -> Plan | None:
+        """The job's plan when it runs natively on the loop; None for a sync thread."""
+        if not entry.coroutine or not self._chain_is_async():
+            return None
+        plan = self.lifecycle.plan_for(job, entry)
+        return None if plan.needs_thread else plan
 
     def _chain_is_async(self) -> bool:
         """Whether every server middleware is async, looked at again only when
         the chain changes (one may be added after the worker started)."""
-        chain = self.config.server_middleware
+        chain = self.lifecycle.config.server_middleware
         seen = (id(chain), len(chain), *map(id, chain))
         if seen != self._chain_seen:
             self._chain_seen, self._chain_async = seen, all_async(chain)
         return self._chain_async
 
-    async def _native_run(self, job: dict[str, Any], work: UnitOfWork, slot: str,
-                          entry: Registered) -> Settle | None:
-        if not self.in_flight.begin(slot, work, job):
-            # Fetched after a stop gave up waiting: straight back.
-            return functools.partial(self._requeue_or_report, work)
-        limits = time_limits.read(job, entry.options)
-        if limits.expiry is not None and await self.bookkeeping.call(
-                self._expired, job, work, slot, limits.expiry):
+    async def _native_run(self, run: Run) -> Settle | None:
+        lifecycle, plan = self.lifecycle, run.plan
+        if plan.admit and not await self.bookkeeping.call(lifecycle.admit, run):
             return None
-        if unique_wire.FOR in job:
-            await self.bookkeeping.call(unique.started, self.config, job)
-        running = batch.started(job)
-        failure, value = await self._execute_native(job, work, slot, entry, limits)
-        batch.stopped(running)
-        if failure is None:
-            if self._settled_here(job, work, slot):
-                return None
-            return functools.partial(self._succeeded_with, job, work, slot, value)
-        return functools.partial(self._failed_and_done, job, work, slot, failure, entry)
+        if plan.start:
+            await self.bookkeeping.call(lifecycle.start, run)
+        lifecycle.enter(run)
+        try:
+            failure = await self._execute_native(run)
+        finally:
+            lifecycle.exit(run)
+        if failure is not None:
+            return functools.partial(lifecycle.failed, run, failure)
+        if plan.settles:
+            return functools.partial(lifecycle.succeeded, run)
+        # A plain success: settled on the loop, saving the hand-off to a
+        # bookkeeping thread. Its ack waits for the next claim, or, when it
+        # must go at once, is sent from a bookkeeping thread.
+        lifecycle.succeeded(run, send=self.bookkeeping.submit)
+        return None
 
-    def _settled_here(self, job: dict[str, Any], work: UnitOfWork, slot: str) -> bool:
-        """Settle a plain success on the loop (no result, batch or unique lock
-        to write): it saves the hand-off to a bookkeeping thread. Its ack
-        waits for the next claim, or, when it must go at once, is sent from
-        a bookkeeping thread."""
-        if results.TTL in job or batch_wire.FIELD in job or unique_wire.LOCK in job:
-            return False
-        # With none of those fields, no Redis call on this thread.
-        self._succeeded(job, work, slot, send=self.bookkeeping.submit)
-        return True
-
-    def _succeeded_with(self, job: dict[str, Any], work: UnitOfWork, slot: str,
-                        value: Any) -> None:
-        if results.TTL in job:  # held for this (bookkeeping) thread, as a job thread holds it
-            results.capturing(lambda: value)()
-        self._succeeded(job, work, slot)
-
-    def _failed_and_done(self, job: dict[str, Any], work: UnitOfWork, slot: str,
-                         failure: BaseException, entry: Registered) -> None:
-        self._failed(job, work, slot, failure, entry)
-        self.in_flight.finish(slot)
-
-    async def _execute_native(self, job: dict[str, Any], work: UnitOfWork, slot: str,
-                              entry: Registered, limits: time_limits.Limits,
-                              ) -> tuple[BaseException | None, Any]:
-        jid = job.get("jid") if isinstance(job.get("jid"), str) else None
-        context = {"jid": jid, "class": job["class"], "queue": work.queue, "tid": slot}
-        lines = joblog.job_lines(log, context)
-        if lines is not None:
-            lines.start()
+    async def _execute_native(self, run: Run) -> BaseException | None:
+        lifecycle = self.lifecycle
+        lines = lifecycle.lines(run, run.slot)
         started = time.perf_counter()
         try:
-            step = run_chain(self.config.server_middleware, job, work.queue, entry)
-            if limits.bounded:
-                run = aio_limits.make_run(slot, work, jid, entry.options, limits)
-                value = await aio_limits.bounded(self.hard_limits, run, step)
-            else:
-                value = await step
-        except BaseException as exc:  # the job's failure, whatever it is
-            if isinstance(exc, asyncio.CancelledError) and self.in_flight.abandoned(slot):
-                exc = aio.HandedBack()  # a stop's cancel: said as the threads executor says it
-            elapsed = time.perf_counter() - started
-            self._measured(job, work.queue, elapsed, exc)
-            if reschedulable(exc, job):
-                return exc, None  # not a failure: _rescheduled logs it as job.over_limit
-            log.warning("job.fail", elapsed=round(elapsed, 6), error=describe(exc),
-                        exc_info=exc, **context)
-            return exc, None
-        elapsed = time.perf_counter() - started
-        self._measured(job, work.queue, elapsed, None)
-        if lines is not None:
-            lines.done(round(elapsed, 6))
-        return None, value
-
-    def _measured(self, job: dict[str, Any], queue: str, elapsed: float,
-                  failure: BaseException | None) -> None:
-        """What the threads path's metrics wrappers record (``wurk.observe``), when on."""
-        if self._observed is None and not self.config.class_metrics:
-            return
-        try:
-            failed = failure is not None and not reschedulable(failure, job)
-            if self._observed is not None:
-                self._observed.job(metrics.job_class(job), queue, elapsed * 1000.0, failed)
-            if self.config.class_metrics:
-                self.counters.classes.record(metrics.job_class(job), elapsed * 1000.0,
-                                             failed=failed)
-        except BaseException as exc:  # noqa: BLE001 - a metrics bug must not touch the job
-            log.warning("metrics.job_failed", error=f"{type(exc).__name__}: {exc}")
+            chain = lifecycle.config.server_middleware
+            call = functools.partial(run_chain, chain, run.job, run.queue, run.entry)
+            run.value = await (lifecycle.around_async(run, call)() if run.plan.around_async
+                               else call())
+        except BaseException as exc:  # noqa: BLE001 - the job's failure, whatever it is
+            if isinstance(exc, asyncio.CancelledError) and run.abandoned(0):
+                # A stop's cancel: said as the threads executor says it.
+                exc = event_loop.HandedBack()
+            lifecycle.ran(run, lines, exc, started, run.slot)
+            return exc
+        lifecycle.ran(run, lines, None, started, run.slot)
+        return None
 
 
 def all_async(chain: Sequence[ServerMiddleware]) -> bool:
@@ -217,12 +171,14 @@ def all_async(chain: Sequence[ServerMiddleware]) -> bool:
 
 
 async def run_chain(chain: Sequence[ServerMiddleware], job: dict[str, Any], queue: str,
-                entry: Registered) -> Any:
+                    entry: Registered | None) -> Any:
     """The job's middleware chain and the job, awaited in this task; the job's value."""
+    assert entry is not None  # a native run has its class
     token = middleware._current.set(job)  # this task's own context
     try:
         if not chain:  # the job's own coroutine, with no frames of ours around it
-            outcome = entry.factory(job)(*job["args"])
+            args, kwargs = keywords.split(job)
+            outcome = entry.factory(job)(*args, **kwargs)
             return await outcome if inspect.isawaitable(outcome) else outcome
         return await _step(chain, 0, job, queue, lambda: _perform(entry, job))
     finally:
@@ -230,7 +186,8 @@ async def run_chain(chain: Sequence[ServerMiddleware], job: dict[str, Any], queu
 
 
 async def _perform(entry: Registered, job: dict[str, Any]) -> Any:
-    outcome = entry.factory(job)(*job["args"])
+    args, kwargs = keywords.split(job)
+    outcome = entry.factory(job)(*args, **kwargs)
     # A decorator around a coroutine function may have awaited it already.
     return await outcome if inspect.isawaitable(outcome) else outcome
 

@@ -6,6 +6,8 @@ still stops what it started; ``stop`` drains within shutdown_timeout.
 Suited to small apps; use ``wurk-swarm`` when jobs need their own processes.
 A job past its ``hard_timeout`` is settled as failed, but the worker is not
 recycled (nothing would restart it): its thread is lost until the job returns.
+As every entry point, ``start`` refuses (``NoJobsError``) while no job of the
+application is registered: such a worker would fail every job it fetched.
 """
 
 from __future__ import annotations
@@ -17,9 +19,12 @@ import time
 
 from wurk.core.logging import get_logger
 from wurk.runtime.launcher import Launcher, run_shutdown_hooks
+from wurk.runtime.loading import require_jobs
 from wurk.settings.config import Config, default_config
 
 log = get_logger("wurk.embedded")
+EMBEDDED_HINT = ("no job class is registered: import the modules that define jobs "
+                 "before the embedded worker starts")
 
 
 class Embedded:
@@ -33,10 +38,12 @@ class Embedded:
         atexit.register(self.stop)
         with self._lock:
             if self.launcher is None:
-                self.launcher = Launcher(self.config, extra_info={"embedded": True})
+                # The rule of every entry point: no job of the application's, no worker.
+                require_jobs(hint=EMBEDDED_HINT)
                 # Nothing would start a new worker here: a job past its hard
                 # limit is settled as failed, and the worker carries on.
-                self.launcher.manager.processor.timer.on_overrun = None
+                self.launcher = Launcher(self.config, extra_info={"embedded": True},
+                                         recycle=False)
                 self.launcher.start()
         log.info("embedded.started", identity=self.launcher.identity)
         return self

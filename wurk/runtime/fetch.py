@@ -20,7 +20,7 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from wurk.redis.pools import pool_for
+from wurk.redis.runtime import Runtime, handed
 from wurk.runtime import settle
 from wurk.runtime.work import Sender, UnitOfWork
 from wurk.settings.queues import QueuePlan
@@ -36,8 +36,10 @@ PAUSED_REFRESH = 1.0
 class PausedQueues:
     """The ``paused`` set, re-read at most once a second and shared by all fetchers."""
 
-    def __init__(self, config: Config, clock: Any = time.monotonic) -> None:
+    def __init__(self, config: Config, clock: Any = time.monotonic,
+                 *, runtime: Runtime | None = None) -> None:
         self._config = config
+        self.runtime = handed(runtime, config)
         self._clock = clock
         self._names: frozenset[str] = frozenset()
         self._expires = 0.0
@@ -48,17 +50,18 @@ class PausedQueues:
         if now >= self._expires:
             with self._lock:
                 if now >= self._expires:
-                    members = pool_for(self._config).call("SMEMBERS", keys.PAUSED, idempotent=True)
+                    members = self.runtime.pool.call("SMEMBERS", keys.PAUSED, idempotent=True)
                     self._names = frozenset(m.decode() for m in members)
                     self._expires = now + PAUSED_REFRESH
         return self._names
 
 
 class BasicFetch:
-    def __init__(self, config: Config, plan: QueuePlan) -> None:
+    def __init__(self, config: Config, plan: QueuePlan, *, runtime: Runtime | None = None) -> None:
         self.config = config
+        self.runtime = handed(runtime, config)
         self.plan = plan
-        self.paused = PausedQueues(config)
+        self.paused = PausedQueues(config, runtime=self.runtime)
         timeout = config.fetch_timeout
         # Sidekiq sends an integer; Redis 6+ also takes a decimal.
         self._block_arg: int | float = int(timeout) if float(timeout).is_integer() else timeout
@@ -72,7 +75,7 @@ class BasicFetch:
             time.sleep(self.config.fetch_timeout)
             return None
         args = ["BRPOP", *(keys.queue(q) for q in names), self._block_arg]
-        reply = pool_for(self.config).run(lambda c: c.call(*args, timeout=self._read_timeout))
+        reply = self.runtime.pool.run(lambda c: c.call(*args, timeout=self._read_timeout))
         if reply is None:
             return None
         key, raw = reply
@@ -93,10 +96,10 @@ class BasicFetch:
 
     def settle(self, work: UnitOfWork, jid: str | None, settlement: Settlement) -> bool:
         """Write a failed job's entry: BRPOP left no copy to remove."""
-        return settle.write(self.config, settlement)
+        return settle.write(self.runtime, settlement)
 
     def requeue(self, works: Iterable[UnitOfWork]) -> int:
         commands = [w.requeue_command() for w in works]
         if commands:
-            pool_for(self.config).pipeline(commands)
+            self.runtime.pool.pipeline(commands)
         return len(commands)

@@ -8,18 +8,24 @@ all, once, right after every fork (``os.register_at_fork``), in this order:
 
 1. Threads (:mod:`wurk.core.threads`): the supervisor forgets the parent's
    threads, so nothing waits on or reports a thread that is not here.
-2. Redis pools (:mod:`wurk.redis.pool`): close our copies of the parent's
-   sockets without shutting the parent's connections down; the next use dials.
-3. Pushes (:mod:`wurk.push.buffered`, :mod:`wurk.push.confirmed`): the
-   parent's buffered pushes and confirmation markers are the parent's to
-   send; the child starts empty, on the fresh pools of step 2.
+2. Redis (:mod:`wurk.redis.runtime`): every pool closes our copies of the
+   parent's sockets without shutting the parent's connections down (the next
+   use dials), and every runtime drops its asyncio pools.
+3. Pushes (:mod:`wurk.push.buffered`, :mod:`wurk.push.confirmed`,
+   :mod:`wurk.push.landing`): the parent's buffered pushes and confirmation
+   markers are the parent's to send; the child starts empty, on the fresh
+   pools of step 2 (keeping, under a fresh lock, the evidence of pushes
+   whose outcome is unknown).
 4. The spool (:mod:`wurk.push.spool`, :mod:`wurk.push.spool_drain`): close
    inherited claim locks so only the claimer keeps a file, and renew the
    drain-start lock.
 5. The default client (:mod:`wurk.push.client`): rebuilt on first use.
-6. The event loop of ``async def`` jobs (:mod:`wurk.runtime.aio`): its
+6. The event loop of ``async def`` jobs (:mod:`wurk.runtime.event_loop`): its
    thread stayed in the parent; the child's first async job starts one.
    Not imported here: ``import wurk`` stays free of asyncio.
+   The writes Redis refused that a process keeps to send again
+   (:mod:`wurk.wire.kept_writes`: released locks and limiter slots) are the
+   parent's, not the child's.
 7. Metrics (:mod:`wurk.observe.metrics`): fresh statsd sockets and totals,
    last, so nothing of the parent's is sent once Redis and the client are new.
 
@@ -33,23 +39,26 @@ import sys
 
 from wurk.core import threads
 from wurk.observe import metrics
-from wurk.push import buffered, client, confirmed, spool, spool_drain
-from wurk.redis import pool
+from wurk.push import buffered, client, confirmed, landing, spool, spool_drain
+from wurk.redis import runtime
+from wurk.wire import kept_writes
 
 
 def forget_parent_state() -> None:
     """Run in the child after every fork (and callable again: each step is idempotent)."""
     threads.forget_after_fork()
-    pool.forget_after_fork()
+    runtime.forget_after_fork()
     buffered.forget_after_fork()
     confirmed.forget_after_fork()
+    landing.forget_after_fork()
     spool.forget_after_fork()
     spool_drain.forget_after_fork()
     client.forget_default_client()
     # Only a process that ran an async job has a loop (and imported asyncio for it).
-    aio = sys.modules.get("wurk.runtime.aio")
-    if aio is not None:
-        aio.forget_after_fork()
+    event_loop = sys.modules.get("wurk.runtime.event_loop")
+    if event_loop is not None:
+        event_loop.forget_after_fork()
+    kept_writes.forget_after_fork()
     metrics.reset()
 
 

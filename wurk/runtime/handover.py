@@ -11,7 +11,14 @@ Duties:
 2. Move jobs through a SimpleQueue, whose blocking get is a C lock: far
    cheaper per job than a Python Condition.
 3. On quiet or stop, wake every waiting thread with None and hand back what
-   no thread took.
+   no thread took. Each waiter consumes at most one None, so every waiter
+   counted gets one.
+
+Correctness never rests on the wait's timeout. On CPython 3.11 a timed
+``SimpleQueue.get`` whose wake-up item another taker took first, and which
+resumes past its deadline, waits on with no timeout until the next put: a
+waiter that lost its None would then sleep until the next job, however
+short the fetch timeout.
 
 It shares the fetch's lock: the counts change together with the fetch's own
 bookkeeping, and the fetcher reads them while holding it.
@@ -66,9 +73,11 @@ class HandOver:
                 return taken
             self.waiting += most
             self._wake.notify()
-        first = None
+        first: UnitOfWork | None = None
+        woken = False
         try:
             first = self._ready.get(timeout=self._timeout)
+            woken = first is None
         except queue.Empty:
             pass
         finally:
@@ -78,9 +87,12 @@ class HandOver:
                 self.waiting -= most
                 if first is not None:
                     self.pending -= 1
-                # The fetcher puts a claim's jobs under this lock: all of them are here.
+                # The fetcher puts a claim's jobs under this lock: all of them
+                # are here. A taker woken by its None takes nothing more: the
+                # next None in the queue is another waiter's.
                 taken = [first] if first is not None else []
-                taken += self._take_ready(most - len(taken))
+                if not woken:
+                    taken += self._take_ready(most - len(taken))
         return taken
 
     def _take_ready(self, most: int) -> list[UnitOfWork]:
@@ -98,18 +110,29 @@ class HandOver:
         return taken
 
     def release_waiters(self) -> None:
-        """Wake every thread blocked in ``take`` (quiet or stop): each gets None."""
+        """Wake every thread blocked in ``take`` (quiet or stop): each gets None.
+
+        The caller holds the lock, so the count is the waiters' own: a taker
+        leaving meanwhile cannot make it short."""
         for _ in range(self.waiting):
             self._ready.put(None)
 
     def take_all(self) -> list[UnitOfWork]:
-        """Empty the queue of claimed-but-unstarted jobs (caller holds the lock)."""
+        """Empty the queue of claimed-but-unstarted jobs (caller holds the lock).
+
+        Wake-ups not yet taken stay: their waiters still need them."""
         taken: list[UnitOfWork] = []
+        wake_ups = 0
         while True:
             try:
                 work = self._ready.get_nowait()
             except queue.Empty:
-                self.pending -= len(taken)
-                return taken
-            if work is not None:
+                break
+            if work is None:
+                wake_ups += 1
+            else:
                 taken.append(work)
+        for _ in range(wake_ups):
+            self._ready.put(None)
+        self.pending -= len(taken)
+        return taken

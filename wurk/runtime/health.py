@@ -38,8 +38,10 @@ from typing import TYPE_CHECKING, Any, cast
 
 from wurk.core import threads
 from wurk.core.logging import get_logger
+from wurk.core.service import Service, logged
+from wurk.core.threads import describe
 from wurk.observe import metrics
-from wurk.redis.pools import pool_for
+from wurk.redis.runtime import Runtime, handed
 from wurk.settings.addresses import listen_address
 
 if TYPE_CHECKING:
@@ -59,8 +61,10 @@ class HealthChecks:
     def __init__(self, config: Config, *, last_beat: Callable[[], float | None],
                  quiet: Callable[[], bool], identity: str = "",
                  clock: Callable[[], float] = time.monotonic,
-                 thread_report: Callable[[], dict[str, Any]] = threads.report) -> None:
+                 thread_report: Callable[[], dict[str, Any]] = threads.report,
+                 runtime: Runtime | None = None) -> None:
         self.config = config
+        self.runtime = handed(runtime, config)
         self.last_beat = last_beat
         self.quiet = quiet
         self.identity = identity
@@ -83,7 +87,7 @@ class HealthChecks:
         if self.quiet():
             return 503, {"status": "quiet", **body}
         try:
-            pool_for(self.config).run(lambda conn: conn.call("PING"), idempotent=True, attempts=1)
+            self.runtime.pool.run(lambda conn: conn.call("PING"), idempotent=True, attempts=1)
         except Exception as exc:  # noqa: BLE001 - any Redis failure means not ready
             return 503, {"status": "redis_unavailable",
                          "error": f"{type(exc).__name__}: {exc}", **body}
@@ -151,6 +155,8 @@ class HealthServer:
         self._server: _Server | None = None
         self._stopped = threading.Event()
         self._lock = threading.Lock()
+        self._rebinder = Service("health-bind", self._rebind, first_pause=REBIND_PAUSE,
+                                 failed=logged(log, "health.bind_failed", REBIND_PAUSE))
 
     @property
     def port(self) -> int:
@@ -166,7 +172,7 @@ class HealthServer:
             if exc.errno != errno.EADDRINUSE or self.address[1] == 0:
                 raise
             log.warning("health.port_busy", host=self.address[0], port=self.address[1])
-            threads.start("health-bind", self._rebind, stopped=self._stopped.is_set)
+            self._rebinder.start()
         return self.port
 
     def _bind(self) -> None:
@@ -182,17 +188,19 @@ class HealthServer:
                       stopped=self._stopped.is_set)
         log.info("health.listening", host=host, port=self.port, paths=sorted(self.routes))
 
-    def _rebind(self) -> None:
-        while not self._stopped.wait(REBIND_PAUSE):
-            try:
-                self._bind()
-                return
-            except OSError as exc:
-                if exc.errno != errno.EADDRINUSE:
-                    log.error("health.bind_failed", error=f"{type(exc).__name__}: {exc}")
-                    return
+    def _rebind(self) -> float:
+        """One more try at the port; the rebinder ends once bound or refused for good."""
+        try:
+            self._bind()
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return REBIND_PAUSE
+            log.error("health.bind_failed", error=describe(exc))
+        self._rebinder.stop()
+        return 0.0
 
     def stop(self) -> None:
+        self._rebinder.stop()
         with self._lock:
             self._stopped.set()
             server, self._server = self._server, None
@@ -202,12 +210,14 @@ class HealthServer:
                 server.server_close()
 
 
-def serve(config: Config, heartbeat: Heartbeat, *, index: int = 0) -> HealthServer:
+def serve(config: Config, heartbeat: Heartbeat, *, index: int = 0,
+          runtime: Runtime | None = None) -> HealthServer:
     """Start the listener ``config.health_listen`` names for this process's heartbeat."""
     if config.health_listen is None:
         raise ValueError("health_listen is not set")
     checks = HealthChecks(config, last_beat=lambda: heartbeat.last_beat,
-                          quiet=lambda: heartbeat.quiet, identity=heartbeat.identity)
+                          quiet=lambda: heartbeat.quiet, identity=heartbeat.identity,
+                          runtime=runtime)
     server = HealthServer(listen_address(config.health_listen, index), checks,
                           _prometheus(metrics.for_config(config)))
     server.start()

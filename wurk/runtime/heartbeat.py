@@ -17,13 +17,16 @@ Duties, every ``heartbeat_interval`` seconds (and once at start):
 4. Deliver that signal (TSTP quiet, TERM stop, TTIN dump threads) to the
    launcher's callback, then run the optional ``on_beat`` hook (metrics
    gauges) and note the beat's time in ``last_beat`` (the health probe).
-   After every attempt, taken or failed, call ``on_pulse`` if its owner set
-   one (a swarm child tells its parent it is alive, Redis or not).
+   After every attempt on the thread, taken or failed, call ``on_pulse`` if
+   its owner passed one (a swarm child tells its parent it is alive, Redis or not).
+   With reliable fetch, re-read Redis's data epoch (``wurk.runtime.epoch``)
+   after the beat: how the process notices that Redis lost its data, and
+   learns the epoch at boot, before the fetch claims anything.
 5. At stop: flush the last counts, leave ``processes`` and delete the work
    hashes, letting the identity hash expire on its own as Sidekiq does.
 
 A beat that raises anything is logged (``heartbeat.error``) and tried again
-an interval later; the thread runs under :mod:`wurk.core.threads`.
+an interval later; the thread is a :class:`wurk.core.service.Service`.
 """
 
 from __future__ import annotations
@@ -31,7 +34,6 @@ from __future__ import annotations
 import os
 import secrets
 import socket
-import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -40,17 +42,18 @@ from typing import TYPE_CHECKING, Any
 import psutil
 import redis.exceptions as rx
 
-from wurk.core import threads
 from wurk.core.logging import get_logger
+from wurk.core.service import Service, logged
 from wurk.observe import class_metrics
 from wurk.push.buffered import unapplied
-from wurk.redis.pools import pool_for
+from wurk.redis.runtime import Runtime, handed
 from wurk.version import __version__
 from wurk.wire import keys
 from wurk.wire.lua import BEAT
 from wurk.wire.payload import dumps
 
 if TYPE_CHECKING:
+    from wurk.runtime.epoch import Epoch
     from wurk.runtime.inflight import Counters, InFlightTable
     from wurk.settings.config import Config
     from wurk.settings.queues import QueuePlan
@@ -78,22 +81,25 @@ class Heartbeat:
                  in_flight: InFlightTable, on_signal: Callable[[str], None],
                  extra_info: dict[str, Any] | None = None,
                  identity: str | None = None,
-                 on_beat: Callable[[], None] | None = None) -> None:
+                 on_beat: Callable[[], None] | None = None,
+                 on_pulse: Callable[[], None] | None = None,
+                 epoch: Epoch | None = None, runtime: Runtime | None = None) -> None:
         self.config = config
+        self.runtime = handed(runtime, config)
         self.counters = counters
         self.in_flight = in_flight
         self.on_signal = on_signal
         self.on_beat = on_beat
-        self.on_pulse: Callable[[], None] | None = None
+        self.epoch = epoch
+        self.on_pulse = on_pulse
         # Monotonic time of the last beat Redis took (None before the first).
         self.last_beat: float | None = None
         self.identity = identity or make_identity()
         self.quiet = False
         self.info = self._info(plan, extra_info or {})
         self._info_json = dumps(self.info)
-        self._done = threading.Event()
-        self._soon = threading.Event()
-        self._thread: threading.Thread | None = None
+        self.service = Service("heartbeat", self._step, first_pause=self._interval,
+                               failed=logged(log, "heartbeat.error", self._interval))
         self._process = psutil.Process()
 
     def _info(self, plan: QueuePlan, extra: dict[str, Any]) -> dict[str, Any]:
@@ -121,22 +127,22 @@ class Heartbeat:
 
     def start(self) -> None:
         self._beat_logged()
-        self._thread = threads.start("heartbeat", self._loop, stopped=self._done.is_set)
+        self.service.start()
 
-    def _loop(self) -> None:
-        while not self._done.is_set():
-            self._soon.wait(self.config.heartbeat_interval)
-            self._soon.clear()
-            if self._done.is_set():
-                return
-            self._beat_logged()
-            if self.on_pulse is not None:
-                self.on_pulse()
+    def _step(self) -> float:
+        """One beat on the thread, then the owner's pulse; the pause before the next."""
+        self._beat_logged()
+        if self.on_pulse is not None:
+            self.on_pulse()
+        return self._interval()
+
+    def _interval(self) -> float:
+        return self.config.heartbeat_interval
 
     def beat_soon(self) -> None:
         """Beat now rather than at the next interval: a state change (quiet)
         shows in Sidekiq's API and Web at once, not up to an interval later."""
-        self._soon.set()
+        self.service.wake()
 
     def _beat_logged(self) -> None:
         try:
@@ -152,20 +158,28 @@ class Heartbeat:
             # and the beat itself, which frees before it writes, goes on.
             log.warning("heartbeat.flush_failed", error=f"{type(exc).__name__}: {exc}")
         started = time.perf_counter()
-        pool_for(self.config).call("PING", idempotent=True)
+        self.runtime.pool.call("PING", idempotent=True)
         rtt_us = int((time.perf_counter() - started) * 1_000_000)
         fields = ("info", self._info_json, "busy", self.in_flight.busy(),
                   "beat", repr(time.time()), "quiet", "true" if self.quiet else "false",
                   "rss", self._process.memory_info().rss // 1024, "rtt_us", rtt_us,
                   "concurrency", self.config.concurrency)
-        signal = pool_for(self.config).run(lambda c: BEAT.run(
+        signal = self.runtime.pool.run(lambda c: BEAT.run(
             c, [keys.PROCESSES, self.identity, keys.signals(self.identity)],
             [self.identity, keys.HEARTBEAT_TTL, *fields]))
         self.last_beat = time.monotonic()
         if signal is not None:
             self._deliver(signal.decode())
+        if self.epoch is not None:
+            self._refresh_epoch(self.epoch)
         if self.on_beat is not None:
             self.on_beat()
+
+    def _refresh_epoch(self, epoch: Epoch) -> None:
+        try:
+            epoch.refresh()
+        except Exception as exc:  # noqa: BLE001 - the beat landed; the epoch is read next time
+            log.error("heartbeat.epoch_failed", error=f"{type(exc).__name__}: {exc}")
 
     def flush(self) -> None:
         """Counts and in-flight jobs, in one transaction; counts survive a failed dial."""
@@ -179,7 +193,7 @@ class Heartbeat:
                 fields = [x for pair in work.items() for x in pair]
                 commands += [("HSET", key, *fields), ("EXPIRE", key, keys.HEARTBEAT_TTL)]
         try:
-            pool_for(self.config).pipeline(commands, transaction=True)
+            self.runtime.pool.pipeline(commands, transaction=True)
         except Exception as exc:
             if unapplied(exc) or isinstance(exc, rx.OutOfMemoryError):
                 # Never sent, or refused outright (NOREPLICAS during a
@@ -200,7 +214,7 @@ class Heartbeat:
         if not commands:
             return
         try:
-            replies = pool_for(self.config).run(
+            replies = self.runtime.pool.run(
                 lambda c: c.pipeline(commands, raise_on_error=False), attempts=1)
         except Exception as exc:
             if unapplied(exc):
@@ -220,17 +234,14 @@ class Heartbeat:
 
     def stop(self) -> None:
         """Last counts and goodbye, each tried on its own within the pool's deadline."""
-        self._done.set()
-        self._soon.set()
-        if self._thread is not None:
-            self._thread.join(pool_for(self.config).deadline.clip(5.0))
+        self.service.stop(self.runtime.pool.deadline.clip(5.0))
         try:
             self.flush()
         except Exception as exc:  # noqa: BLE001 - Redis may be gone or full at exit
             log.error("heartbeat.flush_failed", error=f"{type(exc).__name__}: {exc}")
         try:
             # SREM and UNLINK only free memory: they work at maxmemory too.
-            pool_for(self.config).pipeline([
+            self.runtime.pool.pipeline([
                 ("SREM", keys.PROCESSES, self.identity),
                 ("UNLINK", keys.work_6_4(self.identity), keys.work(self.identity)),
             ], idempotent=True)

@@ -11,13 +11,15 @@ Duties:
 2. :class:`Counters`: processed and failed executions between heartbeats,
    taken atomically and given back when a beat fails, and the per-class
    figures (``classes``, :class:`wurk.observe.class_metrics.ClassMetrics`)
-   the same heartbeat writes.
+   the same heartbeat writes; ``on_record``, when set, is told of each
+   (``max_jobs``: :mod:`wurk.runtime.recycling`).
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -36,12 +38,16 @@ class Counters:
         self.processed = 0
         self.failed = 0
         self.classes = ClassMetrics()
+        # Called after each recorded execution, outside the lock.
+        self.on_record: Callable[[], None] | None = None
 
     def record(self, *, failed: bool) -> None:
         with self._lock:
             self.processed += 1
             if failed:
                 self.failed += 1
+        if self.on_record is not None:
+            self.on_record()
 
     def take(self) -> tuple[int, int]:
         with self._lock:

@@ -10,7 +10,7 @@ Duties:
    between bytecodes, so a job blocked in one long C call (``time.sleep``,
    a socket read) sees it only when that call returns. A thread waiting on
    an ``async def`` job gets no async exception: the job's task is
-   cancelled and the wait raises the JobTimeout (``wurk.runtime.aio``).
+   cancelled and the wait raises the JobTimeout (``wurk.runtime.event_loop``).
 3. Never into the next job: the timer fires at most once per run, and only
    under its lock while the run is not done; the job thread ends a run by
    marking it done under that lock and, if the timer had fired, taking
@@ -22,8 +22,9 @@ Duties:
    ``__enter__``/``__exit__`` (a Condition's) could leave that held.
 4. Hard limit (``hard_timeout``): the timer takes the job from the in-flight
    table (so the processor drops whatever outcome the job comes back with),
-   settles it as failed with a JobTimeout through the normal atomic settle
-   (retry or dead as usual), raises JobTimeout in its thread to unwind it
+   has the job's lifecycle settle it as failed with a JobTimeout
+   (``overran``: its steps' writes, then the atomic settle, retry or dead
+   as usual), raises JobTimeout in its thread to unwind it
    if it can, and calls ``on_overrun`` (the launcher's recycle request: a
    graceful stop that hands the other running jobs back).
 5. Tell a swarm parent (``notes``) when a hard-limited job starts and ends,
@@ -33,6 +34,7 @@ Duties:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ctypes
 import heapq
@@ -45,19 +47,19 @@ from typing import TYPE_CHECKING, Any
 
 from wurk.core import threads
 from wurk.core.logging import get_logger
-from wurk.runtime import aio, batch, results, settle, unique
+from wurk.core.service import Service, logged
+from wurk.runtime import event_loop
 from wurk.runtime.time_limits import JobTimeout, Limits
-from wurk.runtime.work import Settlement
-from wurk.wire.payload import dumps, loads_job
+from wurk.wire.payload import dumps
 
 if TYPE_CHECKING:
     from wurk.push.options import JobOptions
-    from wurk.runtime.inflight import Counters, InFlightTable
-    from wurk.runtime.retry import RetryHandler
-    from wurk.runtime.work import Fetch, UnitOfWork
-    from wurk.settings.config import Config
+    from wurk.runtime.inflight import InFlightTable
+    from wurk.runtime.work import UnitOfWork
 
 log = get_logger("wurk.job_timer")
+# The settle of an overrun run: (work, failure, stop waiter) -> settled.
+Overran = Callable[["UnitOfWork", BaseException, Callable[[float], bool]], bool]
 Notes = Callable[[bytes], None]
 _PENDING: Any = object()
 
@@ -76,6 +78,11 @@ class Run:
     fired: bool = False     # a JobTimeout was sent to the thread (at most once)
     done: bool = False      # the job thread ended the run; the timer leaves it alone
     reported: bool = False  # the parent was told about its hard deadline
+    # A job running as a task of the asyncio executor (``wurk.runtime.task_limits``):
+    # its hard limit cancels the task on its loop and leaves the JobTimeout here.
+    task: asyncio.Task[Any] | None = None
+    loop: asyncio.AbstractEventLoop | None = None
+    timeouts: list[JobTimeout] = field(default_factory=list)
 
 
 def raise_in(tid: int, exc_type: type[BaseException]) -> None:
@@ -108,13 +115,10 @@ def timeout_type(message: str, seconds: float, hard: bool) -> type[JobTimeout]:
 
 
 class JobTimer:
-    def __init__(self, config: Config, fetch: Fetch, in_flight: InFlightTable,
-                 counters: Counters, retry: RetryHandler) -> None:
-        self.config = config
-        self.fetch = fetch
+    def __init__(self, in_flight: InFlightTable, overran: Overran) -> None:
         self.in_flight = in_flight
-        self.counters = counters
-        self.retry = retry
+        # Settles a run this timer took at its hard limit (the job's lifecycle does).
+        self.overran = overran
         self.on_overrun: Callable[[], None] | None = None
         self._notes: Notes | None = None
         self._lock = threading.Lock()
@@ -122,8 +126,8 @@ class JobTimer:
         self._heap: list[tuple[float, int, bool, Run]] = []
         self._seq = itertools.count()
         self._active: set[Run] = set()
-        self._thread: threading.Thread | None = None
-        self._stopped = threading.Event()
+        self.service = Service("job-timer", self._step, name="wurk-job-timer",
+                               failed=logged(log, "job_timer.error", 0.05))
 
     # -- the job thread's side ----------------------------------------------
     def run(self, slot: str, work: UnitOfWork, job: dict[str, Any], options: JobOptions | None,
@@ -145,6 +149,23 @@ class JobTimer:
             return late if outcome is _PENDING else outcome
         return outcome
 
+    def arm_task(self, run: Run, task: asyncio.Task[Any],
+                 loop: asyncio.AbstractEventLoop) -> None:
+        """Keep a task's hard limit (its loop keeps the soft one): a coroutine
+        stuck in sync code holds the loop, and is still settled on time."""
+        run.task, run.loop = task, loop
+        self._arm(run)
+
+    def end_task(self, run: Run) -> None:
+        """The task's run is over: from now on its hard limit cannot fire."""
+        with self._lock:
+            if run.done:
+                return  # the timer took it: the end was said then
+            run.done = True
+            self._active.discard(run)
+        if run.reported:
+            self._note(b"-" + dumps([run.jid]).encode() + b"\n")
+
     def _arm(self, run: Run) -> None:
         now = run.started
         # The plain lock (a C-level with) on the job thread's side: a JobTimeout
@@ -152,7 +173,7 @@ class JobTimer:
         with self._lock:
             self._compact()
             head = self._heap[0][0] if self._heap else None
-            if run.limits.timeout is not None:
+            if run.limits.timeout is not None and run.task is None:
                 heapq.heappush(self._heap, (now + run.limits.timeout, next(self._seq), False, run))
             if run.limits.hard_timeout is not None:
                 heapq.heappush(self._heap, (now + run.limits.hard_timeout, next(self._seq),
@@ -161,8 +182,8 @@ class JobTimer:
             # The timer sleeps until the earliest deadline: wake it only if that moved.
             if head is None or self._heap[0][0] < head:
                 self._cond.notify()
-            if self._thread is None:  # once: wurk.core.threads restarts it if it dies
-                self._start_thread()
+            if self.service.thread is None:  # once: wurk.core.threads restarts it if it dies
+                self.service.start()
         if run.limits.hard_timeout is not None:
             self._note_start(run)
 
@@ -177,24 +198,23 @@ class JobTimer:
             self._note(b"-" + dumps([run.jid]).encode() + b"\n")
 
     # -- the timer thread -----------------------------------------------------
-    def _start_thread(self) -> None:
-        self._thread = threads.start("job-timer", self._loop, stopped=self._stopped.is_set,
-                                         name="wurk-job-timer")
-
     def stop(self) -> None:
-        self._stopped.set()
+        self.service.stop()
         with self._cond:
             self._cond.notify()
 
-    def _loop(self) -> None:
-        while not self._stopped.is_set():
-            try:
-                overran = self._next_due()
-                if overran is not None:
-                    self._overran(overran)
-            except BaseException as exc:  # noqa: BLE001 - the timer outlives any one job
-                log.error("job_timer.error", error=threads.describe(exc))
-                self._stopped.wait(0.05)  # no spin if the same entry keeps failing
+    def _step(self) -> float:
+        """Fire the next deadline due; one that raises is logged and retried after a
+        short pause (no spin if the same entry keeps failing)."""
+        overran = self._next_due()
+        if overran is not None:
+            self._overran(overran)
+            if overran.loop is not None and overran.task is not None:
+                with contextlib.suppress(RuntimeError):  # the loop closed: the task went with it
+                    overran.loop.call_soon_threadsafe(overran.task.cancel)
+                if overran.reported:
+                    self._note(b"-" + dumps([overran.jid]).encode() + b"\n")
+        return 0.0
 
     def _next_due(self) -> Run | None:
         """Wait for the next deadline and fire it (under the lock); a run past its hard
@@ -222,8 +242,14 @@ class JobTimer:
         run.fired = True
         seconds = (run.limits.hard_timeout if hard else run.limits.timeout) or 0.0
         kind = "hard_timeout" if hard else "timeout"
+        if run.task is not None:  # a task's only deadline here is its hard one
+            run.done = True  # its own end now changes nothing
+            self._active.discard(run)
+            run.timeouts.append(JobTimeout(f"job ran past its {kind} of {seconds:g}s",
+                                           seconds=seconds, hard=True))
+            return
         timeout = timeout_type(f"job ran past its {kind} of {seconds:g}s", seconds, hard)
-        if not aio.cancel(run.tid, timeout):  # an async job's task is cancelled instead
+        if not event_loop.cancel(run.tid, timeout):  # an async job's task is cancelled instead
             raise_in(run.tid, timeout)
         if not hard:
             log.warning("job.timeout", jid=run.jid, queue=run.work.queue, timeout=seconds)
@@ -250,41 +276,13 @@ class JobTimer:
 
     def _settle_overrun(self, run: Run, failure: JobTimeout) -> None:
         try:
-            settlement = self._plan(run, failure)
-            job = _readable(run.work.raw)
-            if job is not None:  # told before the settle, as the processor tells them
-                if results.TTL in job:
-                    results.failed(self.config, job, failure, settlement.outcome,
-                                   self._stopped.wait)
-                batch.failed(self.config, job, failure, settlement.outcome, self._stopped.wait)
-            done = settle.until_settled(self.config, self.fetch, run.work, settlement,
-                                        jid=run.jid, abandoned=self._stopped.wait)
-            if done:
-                self.counters.record(failed=True)
-                log.info(f"job.{settlement.outcome}", jid=run.jid, queue=run.work.queue,
-                         error="JobTimeout")
-                if job is not None:
-                    unique.finished(self.config, job, settlement.outcome)
+            if self.overran(run.work, failure, self.service.wait):
                 self._note(b"-" + dumps([run.jid]).encode() + b"\n")
         except BaseException as exc:  # noqa: BLE001 - the copy stays in the private list
             log.error("job_timer.error", jid=run.jid, error=threads.describe(exc))
         finally:
             if self.on_overrun is not None:
                 self.on_overrun()
-
-    def _plan(self, run: Run, failure: JobTimeout) -> Settlement:
-        try:
-            job = loads_job(run.work.raw)  # the payload as fetched, not as the job left it
-            for handler in self.config.error_handlers:
-                try:
-                    handler(failure, {"job": job, "queue": run.work.queue})
-                except BaseException as hook_error:  # noqa: BLE001
-                    log.warning("error_handler.failed", error=threads.describe(hook_error),
-                                jid=run.jid)
-            return self.retry.plan(job, run.work.queue, failure, run.options)
-        except Exception as exc:  # noqa: BLE001 - unreadable after all: to dead, raw
-            log.error("retry.unrecordable", jid=run.jid, error=threads.describe(exc))
-            return Settlement.dead(run.work.raw)
 
     # -- the swarm parent -------------------------------------------------------
     def report_to(self, notes: Notes) -> None:
@@ -306,9 +304,3 @@ class JobTimer:
         if self._notes is not None:
             self._notes(line)
 
-
-def _readable(raw: bytes) -> dict[str, Any] | None:
-    try:
-        return loads_job(raw)
-    except Exception:  # noqa: BLE001 - _plan already sends an unreadable payload to dead
-        return None

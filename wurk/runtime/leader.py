@@ -2,7 +2,7 @@
 
 Duties:
 1. ``Leader(name, ttl=...).start()`` campaigns on a supervised thread
-   (:mod:`wurk.core.threads`): it takes the lease ``wurk:leader:<name>`` when
+   (a :class:`wurk.core.service.Service`): it takes the lease ``wurk:leader:<name>`` when
    it is free and, while it holds it, renews it every ``ttl / 3``. A follower
    tries again every ``ttl / 3``, or as soon as the holder's lease runs out
    if that comes first.
@@ -44,11 +44,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from wurk.core import threads
 from wurk.core.logging import get_logger
+from wurk.core.service import Service
 from wurk.core.threads import describe
 from wurk.redis.pool import RedisPool, RetrySettings
-from wurk.redis.pools import pool_for
+from wurk.redis.runtime import runtime_for
 from wurk.redis.sentinel import SentinelSettings
 from wurk.runtime.heartbeat import make_identity
 from wurk.runtime.leader_policy import (
@@ -57,7 +57,7 @@ from wurk.runtime.leader_policy import (
     Callback,
     check_callback,
     check_identity,
-    check_name,
+    check_leader_name,
     check_ttl,
     default_clock,
     error_pause,
@@ -103,7 +103,7 @@ class Leader:
                  config: Config | None = None, identity: str | None = None,
                  on_elected: Callback | None = None, on_lost: Callback | None = None,
                  clock: Callable[[], float] | None = None) -> None:
-        self.name = check_name(name)
+        self.name = check_leader_name(name)
         self.ttl = check_ttl(ttl)
         self._own_identity = identity is None
         self.identity = make_identity() if identity is None else check_identity(identity)
@@ -122,10 +122,9 @@ class Leader:
 
     def _fresh_state(self) -> None:
         self._lock = threading.Lock()
-        self._done = threading.Event()
-        self._done.set()
         self._elected = threading.Event()
-        self._thread: threading.Thread | None = None
+        # The campaign's thread; a new one each start, None before the first.
+        self.service: Service | None = None
         self._tenure: _Tenure | None = None
         # The value of a tenure of ours that ended without a release.
         self._ended: str | None = None
@@ -142,31 +141,31 @@ class Leader:
     # -- the public surface -----------------------------------------------
     def start(self) -> Leader:
         """Start campaigning (idempotent); returns self."""
-        thread = self._thread
-        if thread is not None and self._done.is_set():
-            thread.join(JOIN_TIMEOUT)  # a stop still finishing
+        service = self.service
+        if service is not None and service.stopping:
+            service.stop(JOIN_TIMEOUT)  # a stop still finishing
         with self._lock:
-            thread = self._thread
-            if thread is not None and thread.is_alive():
-                if not self._done.is_set():
+            service = self.service
+            if service is not None and service.alive():
+                if not service.stopping:
                     return self
                 raise RuntimeError(f"leader {self.name!r} is still stopping; start it later")
-            self._done.clear()
             if self._pool is None:
                 self._pool = self._make_pool()
-            self._thread = threads.start(f"leader:{self.name}", self._loop,
-                                         stopped=self._done.is_set,
-                                         name=f"wurk-leader-{self.name}")
+            self.service = Service(f"leader:{self.name}", self._step, failed=self._failed,
+                                   finish=self._finish, name=f"wurk-leader-{self.name}")
+            self.service.start()
         return self
 
     def stop(self) -> None:
         """Stop campaigning; delete the lease if it is still ours."""
-        self._done.set()
-        thread = self._thread
-        if thread is None or thread is threading.current_thread():
+        service = self.service
+        if service is None:
             return
-        thread.join(JOIN_TIMEOUT)
-        if thread.is_alive():
+        if service.thread is threading.current_thread():
+            service.stop()  # from a callback: the loop ends after this round
+            return
+        if not service.stop(JOIN_TIMEOUT):
             # Stuck in a round trip: release from here (on_lost runs on this
             # thread then). The thread, once back, sees the stop and believes
             # in no tenure again (_believe).
@@ -177,9 +176,6 @@ class Leader:
                 self._release(tenure)
                 self._end(tenure, "stopped")
             return
-        with self._lock:
-            if self._thread is thread:
-                self._thread = None
         if self._pool is not None:
             self._pool.close()  # idle sockets; a later start() dials again
 
@@ -211,12 +207,12 @@ class Leader:
         """Block until this process leads (True) or ``timeout`` seconds pass (False)."""
         if timeout is not None and not (isinstance(timeout, int | float) and timeout >= 0):
             raise ValueError(f"timeout must be None or a number >= 0, not {timeout!r}")
-        if self._done.is_set():
+        if self._stopped():
             raise RuntimeError(f"leader {self.name!r} is not running: start() it first")
         deadline = None if timeout is None else time.monotonic() + timeout
         while not self.is_leader():
             left = WAIT_POLL if deadline is None else min(WAIT_POLL, deadline - time.monotonic())
-            if left <= 0 or self._done.is_set():
+            if left <= 0 or self._stopped():
                 return False
             if self._elected.is_set():
                 time.sleep(left)  # elected, but the belief lapsed: the thread will notice
@@ -225,21 +221,14 @@ class Leader:
         return True
 
     # -- the campaign -------------------------------------------------------
-    def _loop(self) -> None:
-        failures = 0
-        while not self._done.is_set():
-            try:
-                pause = self._step()
-                failures = 0
-            except BaseException as exc:  # noqa: BLE001 - campaign on through Redis trouble
-                failures += 1
-                pause = self._failed(exc, failures)
-            if self._done.wait(pause):
-                break
-        self._finish()
+    def _stopped(self) -> bool:
+        """Not campaigning: never started, or asked to stop."""
+        service = self.service
+        return service is None or service.stopping
 
     def _step(self) -> float:
-        """One round trip; returns the pause before the next."""
+        """One round trip; returns the pause before the next. Redis trouble raises
+        to the service, which calls :meth:`_failed` and campaigns on."""
         tenure = self._tenure
         if tenure is not None and self._believed(tenure):
             return self._renew(tenure)
@@ -277,7 +266,7 @@ class Leader:
     def _believe(self, tenure: _Tenure) -> bool:
         """Make ``tenure`` the current one, unless a stop came first."""
         with self._lock:
-            if self._done.is_set():
+            if self._stopped():
                 return False
             self._tenure = tenure
             return True
@@ -359,8 +348,8 @@ class Leader:
 def current_holder(name: str = "default", config: Config | None = None) -> Holder | None:
     """Who holds the lease of ``name`` now (its token and identity), or None;
     one GET, from any process, campaigning or not."""
-    raw = pool_for(config or default_config()).call("GET", keys.leader_lease(check_name(name)),
-                                                    idempotent=True)
+    key = keys.leader_lease(check_leader_name(name))
+    raw = runtime_for(config or default_config()).pool.call("GET", key, idempotent=True)
     return parse_holder(raw)
 
 

@@ -18,6 +18,9 @@ import random
 import time
 from collections.abc import Callable
 
+from wurk.core.backoff import Backoff, Jitter
+from wurk.core.validate import is_number, is_text
+
 MIN_TTL = 1.0
 MAX_TTL = 86_400.0
 NAME_MAX = 200
@@ -37,17 +40,17 @@ else:  # pragma: no cover - not Linux
     default_clock = time.monotonic
 
 
-def check_name(name: object) -> str:
+def check_leader_name(name: object) -> str:
     if not isinstance(name, str):
         raise TypeError(f"leader name must be a string, not {type(name).__name__}")
-    if not name or len(name) > NAME_MAX or not name.isprintable() or " " in name:
+    if not is_text(name, NAME_MAX) or not name.isprintable() or " " in name:
         raise ValueError(f"leader name must be 1-{NAME_MAX} printable characters "
                          f"without spaces, not {name!r:.60}")
     return name
 
 
 def check_ttl(ttl: object) -> float:
-    if isinstance(ttl, bool) or not isinstance(ttl, int | float):
+    if not is_number(ttl):
         raise TypeError(f"leader ttl must be a number of seconds, not {type(ttl).__name__}")
     if not math.isfinite(ttl) or not MIN_TTL <= ttl <= MAX_TTL:
         raise ValueError(f"leader ttl must be between {MIN_TTL:g} and {MAX_TTL:g} seconds, "
@@ -58,7 +61,7 @@ def check_ttl(ttl: object) -> float:
 def check_identity(identity: object) -> str:
     if not isinstance(identity, str):
         raise TypeError(f"leader identity must be a string, not {type(identity).__name__}")
-    if not identity or len(identity) > NAME_MAX or not identity.isprintable():
+    if not is_text(identity, NAME_MAX) or not identity.isprintable():
         raise ValueError(f"leader identity must be 1-{NAME_MAX} printable characters, "
                          f"not {identity!r:.60}")
     return identity
@@ -73,9 +76,10 @@ def check_callback(callback: object, what: str) -> Callback | None:
 def error_pause(failures: int, ttl: float, rng: random.Random) -> float:
     """The pause after the ``failures``-th failed round trip in a row: doubling
     from 50 ms up to a sixth of the TTL (a holder gets several tries before
-    its belief lapses), jittered by a quarter either way."""
-    base: float = min(ttl / 6, ERROR_PAUSE_FIRST * 2.0 ** min(failures - 1, 30))
-    return base * (0.75 + rng.random() / 2)
+    its belief lapses), jittered by a quarter either way: on average the
+    planned pause, so the sixth holds."""
+    policy = Backoff(first=ERROR_PAUSE_FIRST, cap=ttl / 6, jitter=Jitter.AROUND, spread=0.25)
+    return policy.delay(failures, rng)
 
 
 def follower_pause(left: float, ttl: float, rng: random.Random) -> float:

@@ -6,35 +6,32 @@ Duties:
    fetch, the processor's bookkeeping) is logged, the job the thread held goes
    back to its queue, and the thread carries on after a pause; a thread that
    dies anyway gives back its job the same way and is restarted.
-2. Own the process's in-flight table and counters (:mod:`wurk.runtime.inflight`),
-   which the processors fill and the heartbeat publishes; a hard stop
-   requeues from the table.
+2. Drive the process's :class:`~wurk.runtime.crew.Crew` (the fetch, the
+   lifecycle, the in-flight table and counters the processors fill and the
+   heartbeat publishes), which it holds, as the asyncio executor holds its
+   own; a hard stop requeues from the table.
 3. ``quiet`` stops fetching; ``stop(deadline)`` waits for running jobs until
    the deadline, then pushes whatever is still running back to its queue in
    one pipeline and marks those slots so their late outcome is dropped (a
    failure still waiting to be written stops retrying: ``wait_abandoned``);
-   the coroutines of async jobs handed back are cancelled (``wurk.runtime.aio``).
+   the coroutines of async jobs handed back are cancelled (``wurk.runtime.event_loop``).
 """
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import TYPE_CHECKING
 
 from wurk.core import logging as wlog
 from wurk.core import threads
 from wurk.core.logging import get_logger
-from wurk.redis.pools import pool_for
-from wurk.runtime import aio
-from wurk.runtime.fetch import BasicFetch
-from wurk.runtime.inflight import Counters, InFlightTable, Running
-from wurk.runtime.processor import Processor
-from wurk.runtime.reliable_fetch import ReliableFetch
-from wurk.runtime.work import Fetch, UnitOfWork
+from wurk.runtime import event_loop
+from wurk.runtime.crew import Crew
 
 if TYPE_CHECKING:
     from wurk.push.job import Registry
+    from wurk.redis.runtime import Runtime
+    from wurk.runtime.work import UnitOfWork
     from wurk.settings.config import Config
     from wurk.settings.queues import QueuePlan
 
@@ -47,15 +44,18 @@ UNWIND_SECONDS = 1.0
 
 class Manager:
     def __init__(self, config: Config, plan: QueuePlan, registry: Registry,
-                 identity: str) -> None:
-        self.config = config
-        self.counters = Counters()
-        self.in_flight = InFlightTable()
-        self.fetch: Fetch = (ReliableFetch(config, plan, identity) if config.reliable_fetch
-                             else BasicFetch(config, plan))
-        self.processor = Processor(config, registry, self.fetch, self.counters, self.in_flight)
-        self._quiet = threading.Event()
-        self._threads: list[threading.Thread] = []
+                 identity: str, *, runtime: Runtime | None = None) -> None:
+        crew = self.crew = Crew(config, plan, registry, identity, runtime=runtime)
+        # The crew's parts, named here as the launcher and the heartbeat use them.
+        self.config, self.runtime, self.fetch = crew.config, crew.runtime, crew.fetch
+        self.counters, self.in_flight, self.retry = crew.counters, crew.in_flight, crew.retry
+        self.timer, self.lifecycle, self.processor = crew.timer, crew.lifecycle, crew.processor
+        self._quiet, self._threads = crew.quiet_flag, crew.threads
+        self.cancels = crew.cancels
+
+    def kill(self, jid: str) -> bool:
+        """``wurk cancel --kill`` (see :meth:`Crew.kill`)."""
+        return self.crew.kill(jid)
 
     def start(self) -> None:
         self.fetch.start()
@@ -66,11 +66,10 @@ class Manager:
 
     @property
     def quieting(self) -> bool:
-        return self._quiet.is_set()
+        return self.crew.quieting
 
     def quiet(self) -> None:
-        self._quiet.set()
-        self.fetch.quiet()
+        self.crew.quiet()
 
     def _work_loop(self) -> None:
         # Base 36 of the native thread id: unique in this process, short, and
@@ -87,7 +86,7 @@ class Manager:
                     self._failed_outside_job(slot, work, exc)
         finally:
             # Died mid-job after all: its job must not wait in a slot nobody runs.
-            self._give_back(slot, None)
+            self.crew.give_back(slot, None)
 
     def _failed_outside_job(self, slot: str, work: UnitOfWork | None,
                             exc: BaseException) -> None:
@@ -95,28 +94,8 @@ class Manager:
             log.error("fetch.error", error=threads.describe(exc))
         else:
             log.error("processor.error", queue=work.queue, error=threads.describe(exc))
-            self._give_back(slot, work)
+            self.crew.give_back(slot, work)
         self._quiet.wait(ERROR_PAUSE)
-
-    def _give_back(self, slot: str, work: UnitOfWork | None) -> None:
-        """Requeue the job this slot still holds (else ``work``), unless a hard stop did.
-
-        It may have run in part: at least once, as after a hard stop.
-        """
-        running = self.in_flight.take(slot)
-        if running is not None:
-            if running.abandoned:
-                return
-            work = running.work
-        if work is None:
-            return
-        try:
-            self.fetch.requeue([work])
-        except BaseException as error:  # noqa: BLE001 - the log line keeps the job
-            log.error("job.lost", queue=work.queue, error=threads.describe(error),
-                      payload=work.raw.decode("utf-8", "replace"))
-            return
-        log.warning("processor.requeued", queue=work.queue)
 
     def stop(self, deadline: float) -> int:
         """Quiet, wait for running jobs until ``deadline`` (monotonic), requeue the rest.
@@ -127,12 +106,13 @@ class Manager:
         for thread in self._threads:
             thread.join(max(0.0, deadline - time.monotonic()))
         leftovers = self.in_flight.abandon_all()
-        requeued = self._requeue(leftovers)
+        requeued = self.crew.requeue(leftovers)
         if leftovers:  # their async jobs stop at their next await, not at exit
-            self._unwind(aio.cancel_all(t.ident for t in self._threads if t.ident is not None))
-        self.processor.timer.stop()
+            idents = (t.ident for t in self._threads if t.ident is not None)
+            self._unwind(event_loop.cancel_all(idents))
+        self.timer.stop()
         self.fetch.stop()
-        self._drain_fetches()
+        self.crew.drain_fetches()
         return requeued
 
     def _unwind(self, tids: set[int]) -> None:
@@ -143,30 +123,3 @@ class Manager:
         for thread in self._threads:
             if thread.ident in tids:
                 thread.join(max(0.0, limit - time.monotonic()))
-
-    def _requeue(self, leftovers: list[Running]) -> int:
-        if not leftovers:
-            return 0
-        jids = [r.job.get("jid") for r in leftovers]
-        try:
-            self.fetch.requeue([r.work for r in leftovers])
-        except Exception as exc:  # noqa: BLE001
-            log.error("shutdown.requeue_failed", jobs=len(leftovers), jids=jids, error=repr(exc))
-            return 0
-        log.warning("shutdown.requeued", jobs=len(leftovers), jids=jids)
-        return len(leftovers)
-
-    def _drain_fetches(self) -> None:
-        """Wait for idle threads still blocked in BRPOP (a deadline shorter than
-        ``fetch_timeout``). Whatever such a fetch returns, a requeued job
-        included, its processor pushes back; the process must not exit before.
-        """
-        running = self.in_flight.slots()
-        # Their BRPOPs end by the pool's deadline during a drain, and so does this wait.
-        wait = pool_for(self.config).deadline.clip(self.config.fetch_timeout
-                                              + self.config.redis_read_timeout)
-        limit = time.monotonic() + (wait or 0.0)
-        for thread in self._threads:
-            if thread.native_id is not None and wlog.base36(thread.native_id) not in running:
-                thread.join(max(0.0, limit - time.monotonic()))
-

@@ -8,7 +8,7 @@ as the job raising would.
 Duties:
 1. Run the chain, first middleware outermost, around the job.
 2. An ``async def`` middleware (``await call_next()``) runs on the process's
-   event loop (:mod:`wurk.runtime.aio`) while the processor thread waits;
+   event loop (:mod:`wurk.runtime.event_loop`) while the processor thread waits;
    its ``call_next`` hands the rest of the chain back to that thread, so a
    sync middleware or job never blocks the loop.
 3. Hold the running job's context (jid, class, queue) in a ``contextvars``
@@ -23,7 +23,7 @@ import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from wurk.runtime import aio
+from wurk.runtime import event_loop
 from wurk.settings.hooks import ServerMiddleware
 
 _current: contextvars.ContextVar[Mapping[str, Any] | None] = contextvars.ContextVar(
@@ -63,5 +63,6 @@ def _step(chain: Sequence[ServerMiddleware], index: int, payload: Mapping[str, A
         return _step(chain, index + 1, payload, queue, job)
 
     if is_async(middleware):
-        return aio.run_with_next(lambda call_next: middleware(payload, queue, call_next), rest)
+        return event_loop.run_with_next(
+            lambda call_next: middleware(payload, queue, call_next), rest)
     return middleware(payload, queue, rest)

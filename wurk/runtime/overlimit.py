@@ -31,6 +31,7 @@ from wurk.core.threads import describe
 from wurk.limiter.base import OverLimit, reschedulable
 from wurk.limiter.policy import overrated_count, reschedule_delay
 from wurk.observe import metrics
+from wurk.runtime.lifecycle.step import Ending, Run, Step
 from wurk.runtime.work import Settlement
 from wurk.wire.payload import dumps
 
@@ -41,6 +42,33 @@ if TYPE_CHECKING:
 log = get_logger("wurk.limiter")
 # A backoff beyond a year is a bug in the function that returned it.
 MAX_DELAY = 366 * 86_400.0
+
+
+class OverLimitStep(Step):
+    """Takes a limiter's OverLimit as a reschedule: not a failure, no retry spent."""
+
+    name = "over_limit"
+
+    def __init__(self, config: Config, rng: random.Random) -> None:
+        self.config = config
+        self.rng = rng
+
+    def excuses(self, run: Run, failure: BaseException) -> bool:
+        return reschedulable(failure, run.job)
+
+    def reschedule(self, run: Run, failure: BaseException) -> Settlement | None:
+        try:
+            settlement = plan(self.config, run.job, run.queue, failure, rng=self.rng)
+        except BaseException as unwritable:  # noqa: BLE001 - fails as an ordinary error instead
+            log.error("limiter.unreschedulable", jid=run.jid, error=describe(unwritable))
+            return None
+        if settlement is not None:
+            run.notes[self.name] = settlement.at
+        return settlement
+
+    def concluded(self, run: Run, ending: Ending) -> None:
+        log.info("job.over_limit", jid=run.jid, queue=run.queue,
+                 overrated=run.job["overrated"], at=round(run.notes[self.name], 3))
 
 
 def plan(config: Config, job: dict[str, Any], queue: str, exc: BaseException, *,

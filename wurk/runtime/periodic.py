@@ -11,7 +11,7 @@ Lua step.
 
 Duties:
 1. ``start``: register the entries in Redis, start competing for the lease,
-   start the loop thread under :mod:`wurk.core.threads`.
+   start the loop thread (a :class:`wurk.core.service.Service`).
 2. Each pass (every ``interval`` seconds, while leader): read every entry's
    mark and pause flag in one round trip, and for each unpaused entry with
    ticks in ``(mark, now]`` push at most one: the oldest, when it is at
@@ -30,19 +30,19 @@ Duties:
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import redis.exceptions as rx
 
-from wurk.core import threads
+from wurk.core.backoff import Backoff
 from wurk.core.logging import get_logger
+from wurk.core.service import Service
 from wurk.core.threads import describe
 from wurk.push.client import Client
 from wurk.push.periodic import PeriodicEntry
-from wurk.redis.pools import pool_for
+from wurk.redis.runtime import Runtime, handed
 from wurk.runtime.periodic_guard import Lease, TickGuard, read_marks, register
 
 if TYPE_CHECKING:
@@ -68,8 +68,10 @@ def default_lease(config: Config) -> Lease:
 class PeriodicLoop:
     def __init__(self, config: Config, entries: Sequence[PeriodicEntry], *,
                  lease: Lease | None = None, clock: Callable[[], float] = time.time,
-                 interval: float = INTERVAL, grace: float = GRACE) -> None:
+                 interval: float = INTERVAL, grace: float = GRACE,
+                 runtime: Runtime | None = None) -> None:
         self.config = config
+        self.runtime = handed(runtime, config)
         self.entries = list(entries)
         self.lease = lease or default_lease(config)
         self.clock = clock
@@ -78,48 +80,38 @@ class PeriodicLoop:
         self.guard = TickGuard(self.lease, {e.name: e for e in self.entries}, clock)
         # The config's own client middleware runs first; the guard is last.
         self.client = Client(config, drain_spool=False,
-                             middleware=[*config.client_middleware, self.guard])
+                             middleware=[*config.client_middleware, self.guard],
+                             runtime=self.runtime)
         self.pushed = 0
         self._registered = False
-        self._failures = 0
-        self._done = threading.Event()
-        self._thread: threading.Thread | None = None
+        # After failed pass n: interval * 2**n, at most 256 intervals or MAX_BACKOFF.
+        self._backoff = Backoff(first=2 * interval, cap=min(MAX_BACKOFF, interval * 2 ** 8))
+        self.service = Service("periodic", self._pass, failed=self._failed)
 
     @property
     def pool(self) -> RedisPool:
-        return pool_for(self.config)
+        return self.runtime.pool
 
     def start(self) -> PeriodicLoop:
-        if self._thread is None:
+        if self.service.thread is None and not self.service.stopping:
             self.lease.start()
-            self._thread = threads.start("periodic", self._loop, stopped=self._done.is_set)
+            self.service.start()
             log.info("periodic.started", entries=[e.name for e in self.entries])
         return self
 
     def stop(self) -> None:
-        self._done.set()
-        if self._thread is not None:
-            self._thread.join(pool_for(self.config).deadline.clip(JOIN_TIMEOUT))
-            if not self._thread.is_alive():
-                self._thread = None
+        self.service.stop(self.runtime.pool.deadline.clip(JOIN_TIMEOUT))
         self.lease.stop()
 
-    def _loop(self) -> None:
-        while not self._done.is_set():
-            if self._done.wait(self._pass_safely()):
-                return
-
-    def _pass_safely(self) -> float:
-        """One pass; the pause before the next. Raises nothing."""
-        try:
-            self.run_pass()
-        except BaseException as exc:  # noqa: BLE001 - Redis down, a bug: log, back off, go on
-            self._failures += 1
-            pause = min(MAX_BACKOFF, self.interval * float(2 ** min(self._failures, 8)))
-            log.error("periodic.pass_failed", error=describe(exc), retry_in=round(pause, 3))
-            return pause
-        self._failures = 0
+    def _pass(self) -> float:
+        self.run_pass()
         return self.interval
+
+    def _failed(self, exc: BaseException, failures: int) -> float:
+        """Redis down, a bug: log, back off (doubling, capped), go on."""
+        pause = self._backoff.delay(failures)
+        log.error("periodic.pass_failed", error=describe(exc), retry_in=round(pause, 3))
+        return pause
 
     def run_pass(self) -> int:
         """Handle every entry's due tick once; returns how many were pushed."""

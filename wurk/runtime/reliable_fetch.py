@@ -1,6 +1,7 @@
 """Reliable fetch: a job leaves Redis only when its processor acknowledges it.
 
-Duties (docs/explanation/internals.md walks through them step by step):
+Duties (docs/explanation/internals.md walks through them step by step; the
+round trips themselves are wurk.runtime.private_lists):
 1. One fetcher thread claims a job for each processor thread waiting with
    none on its way, all in one round trip (CLAIM moves them from their
    queue to this process's private list; pending acks ride along). A
@@ -22,8 +23,8 @@ Duties (docs/explanation/internals.md walks through them step by step):
 5. After a disruption of the pool (a lost claim reply, a failover, a
    restarted Redis), ``resync`` gives back what sits in our private lists
    that we do not know we hold.
-
-The round trips themselves are wurk.runtime.private_lists.
+6. A claimed job carries the data epoch known before its claim (wurk.runtime.epoch);
+   after a data loss we register as owner again before the next blocking move.
 """
 
 from __future__ import annotations
@@ -37,8 +38,9 @@ import redis.exceptions as rx
 
 from wurk.core import threads
 from wurk.core.logging import get_logger
-from wurk.redis.pools import pool_for
+from wurk.redis.runtime import Runtime, handed
 from wurk.runtime import private_lists, settle
+from wurk.runtime.epoch import Epoch
 from wurk.runtime.fetch import PausedQueues
 from wurk.runtime.handover import HandOver
 from wurk.runtime.private_lists import SUSPECT_WAITS, Ack
@@ -57,15 +59,16 @@ ACK_DELAY = 0.05
 
 
 class ReliableFetch:
-    def __init__(self, config: Config, plan: QueuePlan, identity: str) -> None:
-        self.config = config
+    def __init__(self, config: Config, plan: QueuePlan, identity: str,
+                 *, runtime: Runtime | None = None) -> None:
+        self.config, self.runtime = config, handed(runtime, config)
         self.plan = plan
         self.identity = identity
         # One lock for the bookkeeping; the fetcher waits on _wake. Claimed
         # jobs travel to processors through the hand-over, which shares the lock.
-        self._cond = threading.Lock()
-        self._wake = threading.Condition(self._cond)
-        self._handover = HandOver(self._cond, self._wake, config.fetch_timeout,
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._handover = HandOver(self._lock, self._wake, config.fetch_timeout,
                                   closed=lambda: self._stopping or self._quiet)
         # Acks wait to ride along with the next claim, briefly.
         self._acks: list[Ack] = []
@@ -81,13 +84,16 @@ class ReliableFetch:
         # Moved by BRPOPLPUSH, held back until a CLAIM has checked it.
         self._landed: UnitOfWork | None = None
         self._blocking = False
+        self._move = private_lists.BlockingMove(self.runtime, identity)
         self._stopping = False
         self._quiet = False
         self._thread: threading.Thread | None = None
         self._registered = True
+        self.epoch = Epoch(config, runtime=self.runtime)
+        self.epoch.on_lost(lambda: setattr(self, "_registered", False))
         self._resync_pending = False
-        self._disruptions_seen = pool_for(config).disruptions
-        self.paused = PausedQueues(config)
+        self._disruptions_seen = self.runtime.pool.disruptions
+        self.paused = PausedQueues(config, runtime=self.runtime)
         single = len(plan.names) == 1
         # With one queue a blocking move waits on all our work; with several
         # it can only wait on one, so it wakes often enough to look at the rest.
@@ -106,23 +112,23 @@ class ReliableFetch:
 
     def quiet(self) -> None:
         """Stop claiming; jobs claimed but not yet started go straight back."""
-        with self._cond:
+        with self._lock:
             self._quiet = True
             unstarted = self._handover.take_all()
             self._wake.notify_all()
-        self._handover.release_waiters()
+            self._handover.release_waiters()
         self._give_back(unstarted)
 
     def stop(self) -> None:
         """Stop the fetcher; hand back claimed-but-unstarted jobs and flush acks."""
-        with self._cond:
+        with self._lock:
             self._stopping = True
             self._wake.notify_all()
-        self._handover.release_waiters()
+            self._handover.release_waiters()
         if self._thread is not None:
-            self._thread.join(pool_for(self.config).deadline.clip(
-                self.config.fetch_timeout + self.config.redis_read_timeout + 1))
-        with self._cond:
+            self._move.end(self._thread, self.runtime.pool.deadline.clip(
+                self.config.fetch_timeout + self.config.redis_read_timeout + 1) or 0.0)
+        with self._lock:
             unstarted = self._handover.take_all() + ([self._landed] if self._landed else [])
             self._landed = None
         self._flush_acks()
@@ -152,7 +158,7 @@ class ReliableFetch:
         stops there is no next claim soon: the acks are sent at once, on
         this thread, or through ``send`` (a caller that must not wait on
         Redis, the event loop, passes its bookkeeping pool's submit)."""
-        with self._cond:
+        with self._lock:
             first = not self._acks
             if first:
                 self._acks_since = time.monotonic()
@@ -172,9 +178,9 @@ class ReliableFetch:
 
     def settle(self, work: UnitOfWork, jid: str | None, settlement: Settlement) -> bool:
         """Remove this run's copy and write the failed job's entry, in one script."""
-        settled = settle.write(self.config, settlement, keys.wip(self.identity, work.queue),
-                               work.raw, keys.pill(jid) if jid else "")
-        with self._cond:
+        settled = settle.write(self.runtime, settlement, keys.wip(self.identity, work.queue),
+                               work.raw, keys.pill_arg(jid), epoch=work.epoch)
+        with self._lock:
             self._release(work)
             self._wake.notify()
         return settled
@@ -183,8 +189,8 @@ class ReliableFetch:
         works = list(works)
         if not works:
             return 0
-        moved = private_lists.give_back(self.config, self.identity, works)
-        with self._cond:
+        moved = private_lists.give_back(self.runtime, self.identity, works)
+        with self._lock:
             for work in works:
                 self._release(work)
             self._wake.notify()
@@ -201,7 +207,7 @@ class ReliableFetch:
 
     def _next_round(self) -> tuple[int, list[Ack]] | None:
         """Wait until there is a claim, a landed job or acks to send; None once stopping."""
-        with self._cond:
+        with self._lock:
             while not self._stopping and self._landed is None and not self._want() \
                     and not self._acks_due():
                 self._wake.wait(ACK_DELAY if self._acks else None)
@@ -211,7 +217,7 @@ class ReliableFetch:
         want = -1
         while True:
             time.sleep(0)
-            with self._cond:
+            with self._lock:
                 if self._stopping:
                     return None
                 more = self._want()
@@ -237,7 +243,7 @@ class ReliableFetch:
             self._landed = self._block()
 
     def _needs_resync(self) -> bool:
-        seen = pool_for(self.config).disruptions
+        seen = self.runtime.pool.disruptions
         if seen != self._disruptions_seen:
             self._disruptions_seen = seen
             self._resync_pending = True
@@ -265,9 +271,10 @@ class ReliableFetch:
                                      or time.monotonic() - self._acks_since >= ACK_DELAY)
 
     def _claim(self, want: int, acks: list[Ack], landed: UnitOfWork | None = None) -> int:
-        claimed = private_lists.claim(self.config, self.identity, self.plan.order(), want,
-                                      landed=landed, acks=acks)
-        with self._cond:
+        epoch = landed.epoch if landed else self.epoch.current  # a landed copy may predate a loss
+        claimed = private_lists.claim(self.runtime, self.identity, self.plan.order(), want,
+                                      landed=landed, acks=acks, epoch=epoch)
+        with self._lock:
             for work, _ in acks:
                 self._release(work)
             if landed is not None:
@@ -291,15 +298,15 @@ class ReliableFetch:
         if name is None:
             self._pause(self._block_seconds)
             return None
-        with self._cond:
+        with self._lock:
             self._blocking = True
+        epoch = self.epoch.current
         try:
             # Acks that came in since the claim would otherwise wait out the block.
             self._flush_acks()
             if not self._registered:
                 self._register()
-            raw = private_lists.wait_and_move(self.config, self.identity, name,
-                                              self._block_seconds)
+            raw = self._move.wait(name, self._block_seconds)
         except rx.OutOfMemoryError:
             # At maxmemory Redis refuses a blocking move (and the registration
             # before it), while a claim, which frees first, still works: wait
@@ -307,27 +314,27 @@ class ReliableFetch:
             raw = None
             self._pause(self._block_seconds)
         finally:
-            with self._cond:
+            with self._lock:
                 self._blocking = False
         if raw is None:
             return None
-        work = UnitOfWork(name, raw)
-        with self._cond:
+        work = UnitOfWork(name, raw, epoch)
+        with self._lock:
             self._held[id(work)] = work
         return work
 
     def _register(self) -> None:
-        private_lists.register_owner(self.config, self.identity, self.plan.names)
+        private_lists.register_owner(self.runtime, self.identity, self.plan.names)
         self._registered = True
 
     def _pause(self, seconds: float) -> None:
-        with self._cond:
+        with self._lock:
             if not self._stopping:
                 self._wake.wait(seconds)
 
     def _give_back_if_quiet(self) -> None:
         """Jobs that landed after quiet (a claim or block already under way) go straight back."""
-        with self._cond:
+        with self._lock:
             if not self._quiet:
                 return
             unstarted = self._handover.take_all()
@@ -356,19 +363,19 @@ class ReliableFetch:
             self._suspect = None
 
     def _flush_acks(self) -> None:
-        with self._cond:
+        with self._lock:
             acks, self._acks = self._acks, []
             if not acks:
                 return
             self._flushing += 1
         sent = False
         try:
-            private_lists.settle(self.config, self.identity, acks)
+            private_lists.settle(self.runtime, self.identity, acks)
             sent = True
         except Exception as exc:  # noqa: BLE001
             log.error("fetch.ack_failed", jobs=len(acks), error=f"{type(exc).__name__}: {exc}")
         finally:
-            with self._cond:
+            with self._lock:
                 if sent:
                     for work, _ in acks:
                         self._release(work)
@@ -379,7 +386,7 @@ class ReliableFetch:
 
     def _recover_from(self, exc: BaseException, acks: list[Ack]) -> None:
         log.error("fetch.error", error=f"{type(exc).__name__}: {exc}")
-        with self._cond:
+        with self._lock:
             # Acks are safe to send again; claims that may have landed are
             # found by the resync the loop runs before its next claim.
             self._acks = acks + self._acks
@@ -387,11 +394,7 @@ class ReliableFetch:
 
     def resync(self) -> int:
         """Give back private-list entries this process does not know it holds."""
-        with self._cond:
+        with self._lock:
             held = list(self._held.values())
-        strays = private_lists.strays(self.config, self.identity, self.plan.names, held)
-        if strays:
-            private_lists.give_back(self.config, self.identity, strays)
-            log.warning("fetch.resynced", jobs=len(strays))
-        return len(strays)
+        return private_lists.resync(self.runtime, self.identity, self.plan.names, held)
 

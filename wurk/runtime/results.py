@@ -1,25 +1,26 @@
 """Job results, worker side: keep what a job returned or how it failed.
 
-The processor calls in here only for a payload that carries ``result_ttl``
-(:mod:`wurk.wire.results`); for any other job the cost is the one dict
-lookup of that check, and no Redis command.
+A step on the job's lifecycle (:class:`ResultsStep`), called in only by a
+payload that carries ``result_ttl`` (:mod:`wurk.wire.results`); any other
+job never meets it.
 
 Duties:
-1. :func:`capturing`: wrap a job's callable so its return value is kept
-   (per thread) for :func:`succeeded`; a middleware that skips the job
-   leaves none, and the result is then a success with a null value.
-2. :func:`succeeded`: store the success record (or, for a value JSON cannot
-   carry or too big to keep, a final error record saying so) BEFORE the
-   processor hands the acknowledgement to the fetch.
-3. :func:`failed`: store the error record BEFORE the failure is settled: a
-   final one when the job dies or is dropped, a non-final one (``final:
-   false``, no waiter woken) when a retry follows.
+1. The run keeps what the job returned (``Run.value``); a middleware that
+   skips the job leaves none, and the result is then a success with a null
+   value.
+2. A success: the success record (or, for a value JSON cannot carry or too
+   big to keep, a final error record saying so), written with the job's
+   settlement BEFORE its acknowledgement.
+3. A failure: the error record, BEFORE the failure is settled: a final one
+   when the job dies or is dropped, a non-final one (``final: false``, no
+   waiter woken) when a retry follows.
 4. Never fail a job and never end a thread because a result could not be
-   stored: through Redis trouble that waiting cures (an outage, a dropped
-   connection) the store is retried with the usual backoff until it lands
-   or a hard stop abandons the job, as a failure's settle is; any other
-   refusal is retried a few times, then logged (``result.not_stored``) and
-   the job goes on to its acknowledgement.
+   stored: the store is one of the settlement's writes
+   (``wurk.runtime.lifecycle.writes``), retried through Redis trouble that
+   waiting cures (an outage, a dropped connection) until it lands or a hard
+   stop abandons the job; any other refusal by Redis is retried a few
+   times, then logged (``result.not_stored``) and the job goes on to its
+   acknowledgement.
 
 Why result first, then the acknowledgement: reliable fetch batches acks
 with its next claim, so the two cannot share a script without changing
@@ -32,90 +33,71 @@ and stores it then. Either way no result is lost silently.
 
 from __future__ import annotations
 
-import random
-import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from wurk.core.logging import get_logger
 from wurk.core.threads import describe
-from wurk.redis.policy import backoff_delay
-from wurk.redis.pools import pool_for
+from wurk.redis.policy import redis_trouble
 from wurk.redis.wait import waiting_helps
+from wurk.runtime.lifecycle.step import SKIPPED, Ending, Run, Step
+from wurk.runtime.lifecycle.writes import Write
 from wurk.runtime.retry import exception_message
 from wurk.wire import results
 from wurk.wire.results import TTL
 
 if TYPE_CHECKING:
-    from wurk.settings.config import Config
+    pass
 
-__all__ = ["TTL", "capturing", "failed", "succeeded"]
+__all__ = ["TTL", "ResultsStep", "store_writes"]
 
 log = get_logger("wurk.results")
 # Tries for a refusal that waiting does not cure (maxmemory, a wrong key type).
 OTHER_ATTEMPTS = 3
-_FINAL_OUTCOMES = ("dead", "dropped")
-_SKIPPED = object()
-_held = threading.local()
-_rng = random.Random()
-Abandoned = Callable[[float], bool]
+_FINAL_OUTCOMES = ("dead", "dropped", "cancelled")
 
 
-def capturing(perform: Callable[..., Any]) -> Callable[..., Any]:
-    """``perform``, keeping its return value for this thread's :func:`succeeded`."""
-    _held.value = _SKIPPED
+class ResultsStep(Step):
+    name = "results"
+    triggers = (TTL,)
 
-    def run(*args: Any) -> Any:
-        value = perform(*args)
-        _held.value = value
-        return value
-
-    return run
-
-
-def succeeded(config: Config, job: dict[str, Any], abandoned: Abandoned) -> None:
-    value = getattr(_held, "value", _SKIPPED)
-    _held.value = _SKIPPED
-    if value is _SKIPPED:
-        value = None  # a middleware skipped the job: it counts as done, with nothing returned
-    record, final = results.success_record(job, value, time.time())
-    _store(config, job, record, final, abandoned)
+    def concluding(self, run: Run, ending: Ending) -> list[Write]:
+        job = run.job
+        if ending.failure is None:
+            # A middleware that skipped the job: done, with nothing returned.
+            value = None if run.value is SKIPPED else run.value
+            record, final = results.success_record(job, value, time.time())
+        else:
+            final = ending.outcome in _FINAL_OUTCOMES
+            record = results.error_record(job, type(ending.failure).__name__,
+                                          exception_message(ending.failure), final, time.time())
+        return store_writes(job, record, final, run.abandoned)
 
 
-def failed(config: Config, job: dict[str, Any], exc: BaseException, outcome: str,
-           abandoned: Abandoned) -> None:
-    """``outcome`` is the settlement's: "retry", "dead" or "dropped"."""
-    _held.value = _SKIPPED
-    final = outcome in _FINAL_OUTCOMES
-    record = results.error_record(job, type(exc).__name__, exception_message(exc), final,
-                                  time.time())
-    _store(config, job, record, final, abandoned)
-
-
-def _store(config: Config, job: dict[str, Any], record: str, final: bool,
-           abandoned: Abandoned) -> None:
+def store_writes(job: dict[str, Any], record: str, final: bool,
+                 abandoned: Callable[[float], bool]) -> list[Write]:
     jid = job.get("jid")
     if not isinstance(jid, str) or not jid:
         log.warning("result.no_jid", job_class=str(job.get("class")))
-        return
+        return []
     if abandoned(0):
-        return  # a hard stop gave the job back: its next run stores the result
-    ttl = results.ttl_of(job)
-    attempt = others = 0
-    while True:
-        try:
-            pool_for(config).run(lambda c: results.store(c, jid, record, ttl, final),
-                                 idempotent=True)
-            return
-        except Exception as exc:  # noqa: BLE001 - the job's outcome stands; only the result waits
-            attempt += 1
-            others += 0 if waiting_helps(exc) else 1
-            if others >= OTHER_ATTEMPTS:
-                log.error("result.not_stored", jid=jid, error=describe(exc), attempts=attempt)
-                return
-            log.warning("result.store_failed", jid=jid, attempt=attempt, error=describe(exc))
-        if abandoned(backoff_delay(attempt, config.redis_retry_base, config.redis_retry_cap,
-                                   _rng)):
-            log.warning("result.store_abandoned", jid=jid)
-            return
+        return []  # a hard stop gave the job back: its next run stores the result
+    keys, args = results.store_args(jid, record, results.ttl_of(job), final)
+    return [Write(results.STORE, keys, args, refused=_Refusals(jid))]
+
+
+class _Refusals:
+    """A store Redis refused: retried while waiting may cure it, a few times otherwise."""
+
+    def __init__(self, jid: str) -> None:
+        self.jid = jid
+        self.others = 0
+
+    def __call__(self, exc: Exception, attempt: int) -> bool:
+        self.others += 0 if waiting_helps(exc) else 1
+        if self.others >= OTHER_ATTEMPTS or not redis_trouble(exc):
+            log.error("result.not_stored", jid=self.jid, error=describe(exc), attempts=attempt)
+            return False
+        log.warning("result.store_failed", jid=self.jid, attempt=attempt, error=describe(exc))
+        return True

@@ -14,7 +14,12 @@ Duties:
 5. Past a job's ``deadline`` no retry is attempted: a failure whose next
    run would start after it goes to dead (or is dropped with
    ``dead: false``), as if its retries were exhausted.
-6. Read whatever a payload carries without crashing: a ``retry_count`` that
+6. A class this process does not know (:class:`wurk.UnknownJobError`) is
+   a deployment's problem, not the job's: whatever its ``retry`` and
+   ``dead`` say, it retries with the usual backoff for its own count
+   (``retry`` when a positive int, else ``max_retries``) and only then goes
+   to dead; each time is logged as ``job.unknown_class`` with the process.
+7. Read whatever a payload carries without crashing: a ``retry_count`` that
    is null, false or missing is a first failure (as in Sidekiq); one that is
    not a count ("abc", true, 2.5) sends the job to ``dead`` with the reason
    in ``error_message``; a ``backtrace`` that is not true or a number is
@@ -26,8 +31,10 @@ from __future__ import annotations
 import base64
 import json
 import math
+import os
 import random
 import re
+import socket
 import time
 import traceback
 import zlib
@@ -36,15 +43,18 @@ from typing import TYPE_CHECKING, Any
 
 from wurk.core.logging import get_logger
 from wurk.core.threads import describe
-from wurk.redis.pools import pool_for
-from wurk.runtime.settle import write
+from wurk.core.validate import finite_float, is_number, is_whole
+from wurk.push.job import UnknownJobError
+from wurk.redis.runtime import handed
+from wurk.runtime.settle import note, write
 from wurk.runtime.time_limits import deadline_of, past_deadline
-from wurk.runtime.work import Settlement
+from wurk.runtime.work import Reason, Settlement
 from wurk.wire import keys
 from wurk.wire.payload import dumps, now_stamp, score, to_seconds
 
 if TYPE_CHECKING:
     from wurk.push.options import JobOptions
+    from wurk.redis.runtime import Runtime
     from wurk.settings.config import Config
 
 MAX_MESSAGE = 10_000
@@ -59,11 +69,13 @@ log = get_logger("wurk.retry")
 def retry_delay(count: int, rng: random.Random, custom: float | None = None) -> float:
     """Seconds until retry number ``count`` (0 on the first failure) runs.
 
-    Sidekiq 6.4-7.3: ``count**4 + 15 + rand(10) * (count + 1)``; a custom
-    ``retry_in`` value replaces the first two terms, the jitter stays.
+    Sidekiq 6.4-7.3: ``count**4 + 15 + rand(10) * (count + 1)``. A positive
+    custom ``retry_in`` value is the delay itself: Sidekiq adds its jitter to
+    it too, but a hook that returns 1 means one second, as documented.
     """
-    base = custom if custom is not None and custom > 0 else count**4 + 15
-    return base + rng.randrange(10) * (count + 1)
+    if custom is not None and custom > 0:
+        return custom
+    return count**4 + 15 + rng.randrange(10) * (count + 1)
 
 
 def encode_backtrace(lines: list[str]) -> str:
@@ -101,7 +113,7 @@ def next_retry_count(value: Any) -> int | None:
     """
     if value is None or value is False:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if not is_number(value):
         raise UnusableCountError(value)
     if isinstance(value, float) and not value.is_integer():
         raise UnusableCountError(value)
@@ -127,17 +139,6 @@ def backtrace_limit(value: Any) -> int | None:
     return int(match.group(1)) if match else 0
 
 
-def _finite(value: Any) -> float | None:
-    """A JSON number as a finite float, or None (not a number, or too big)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    try:
-        number = float(value)
-    except OverflowError:
-        return None
-    return number if math.isfinite(number) else None
-
-
 def backtrace_lines(exc: BaseException) -> list[str]:
     """Innermost frame first, as Ruby prints them: ``file:line:in `func'``."""
     frames = traceback.extract_tb(exc.__traceback__)
@@ -153,22 +154,41 @@ def kill_commands(config: Config, raw: str | bytes, now: float) -> list[tuple[An
     ]
 
 
-def kill(config: Config, raw: str | bytes, now: float | None = None) -> None:
-    """Send a payload (parsed or not) to the morgue. Replay-safe: one exact member."""
-    commands = kill_commands(config, raw, time.time() if now is None else now)
-    pool_for(config).pipeline(commands, transaction=True, idempotent=True)
+def kill(runtime: Runtime, raw: str | bytes, now: float | None = None,
+         reason: Reason | None = None) -> None:
+    """Send a payload (parsed or not) to the morgue. Replay-safe: one exact member.
+
+    ``reason``: why raw bytes go there as they are, noted beside them first.
+    """
+    now = time.time() if now is None else now
+    if reason is not None:
+        note(runtime, raw, reason, now)
+    commands = kill_commands(runtime.config, raw, now)
+    runtime.pool.pipeline(commands, transaction=True, idempotent=True)
+
+
+def unknown_class_budget(retry: Any, default: int) -> int:
+    """How many retries a job of a class this process lacks gets: its own
+    ``retry`` when a positive int, else ``default``; never none at all."""
+    if is_whole(retry) and retry > 0:
+        return retry
+    return max(default, 1)
 
 
 class RetryHandler:
-    def __init__(self, config: Config, rng: random.Random | None = None) -> None:
+    def __init__(self, config: Config, rng: random.Random | None = None, *,
+                 runtime: Runtime | None = None) -> None:
         self.config = config
+        self.runtime = handed(runtime, config)
         self.rng = rng or random.Random()
+        # The process, named in the unknown-class line (the launcher sets it).
+        self.identity: str | None = None
 
     def handle(self, job: dict[str, Any], queue: str, exc: BaseException,
                options: JobOptions | None) -> str:
         """Plan and write at once (no claimed copy to remove); returns the outcome."""
         settlement = self.plan(job, queue, exc, options)
-        write(self.config, settlement)
+        write(self.runtime, settlement)
         return settlement.outcome
 
     def plan(self, job: dict[str, Any], queue: str, exc: BaseException,
@@ -178,11 +198,15 @@ class RetryHandler:
         Raises only if the stamped job cannot be serialised (a middleware put
         something in it that JSON cannot carry, or it is nested too deep).
         """
+        if isinstance(exc, UnknownJobError):
+            return self._unknown_class(job, queue, exc)
+        return self._known_class(job, queue, exc, options)
+
+    def _known_class(self, job: dict[str, Any], queue: str, exc: BaseException,
+                     options: JobOptions | None) -> Settlement:
         retry = job.get("retry")
         if retry is None:
-            # Sidekiq fills a null (or missing) retry from the job class's own
-            # option. For a class this process does not know, Sidekiq drops
-            # the job; wurk retries it, so a deploy that adds the class runs it.
+            # Sidekiq fills a null (or missing) retry from the job class's own option.
             retry = options.retry if options else True
         if retry is False:
             self._died(job, exc)
@@ -200,7 +224,26 @@ class RetryHandler:
         if custom == "discard":
             return Settlement("dropped")
         return self._retry(job, exc, options, now,
-                           retry_delay(job["retry_count"], self.rng, _finite(custom)))
+                           retry_delay(job["retry_count"], self.rng, finite_float(custom)))
+
+    def _unknown_class(self, job: dict[str, Any], queue: str, exc: BaseException) -> Settlement:
+        """Retry within the budget, then dead; never dropped: ``retry``, ``dead``,
+        ``retry_for`` and ``deadline`` are the job's to apply where its class is known."""
+        now = time.time()
+        try:
+            self._stamp(job, queue, exc, now, None)
+        except UnusableCountError as bad:
+            return self._unusable(job, exc, bad, now)
+        count, budget = int(job["retry_count"]), unknown_class_budget(
+            job.get("retry"), self.config.max_retries)
+        where = {"identity": self.identity, "hostname": socket.gethostname(), "pid": os.getpid()}
+        job["error_message"] += f" (in process {self.identity or where['pid']})"
+        log.warning("job.unknown_class", jid=job.get("jid"), job_class=job.get("class"),
+                    retry_count=count, budget=budget, **where)
+        if count >= budget:
+            self._died(job, exc)
+            return Settlement.dead(dumps(job), now)
+        return Settlement("retry", dumps(job), now + retry_delay(count, self.rng))
 
     def _retry(self, job: dict[str, Any], exc: BaseException, options: JobOptions | None,
                now: float, delay: float) -> Settlement:
@@ -242,12 +285,11 @@ class RetryHandler:
         return Settlement.dead(dumps(job), now)
 
     def _exhausted(self, job: Mapping[str, Any], retry: Any, now: float) -> bool:
-        retry_for = _finite(job.get("retry_for"))
+        retry_for = finite_float(job.get("retry_for"))
         if retry_for is not None:
             failed_at = to_seconds(job.get("failed_at")) or now
             return failed_at + retry_for < now
-        max_retries = retry if isinstance(retry, int) and not isinstance(retry, bool) \
-            else self.config.max_retries
+        max_retries = retry if is_whole(retry) else self.config.max_retries
         return int(job["retry_count"]) >= max_retries
 
     @staticmethod

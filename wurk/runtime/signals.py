@@ -20,6 +20,12 @@ Duties:
    timeout passed first.
 4. :func:`poke`: write a number as if that signal had arrived (a stop
    requested by a thread, the end of a wait); it never blocks or raises.
+5. :func:`serve`: the main thread's loop of a worker process (``wurk run``,
+   a swarm child), given its table of signal number -> action: each number
+   read runs its action; one that returns an exit status ends the loop with
+   it. Numbers not in the table (0, a wake-up) are passed over.
+   :func:`dispatch` is one step of it, for code that reads numbers its own
+   way (a wait for Redis).
 
 The ``reader`` and ``writer`` sockets stay public for code that reads the
 same stream in its own way (``wurk.redis.wait.wait_or_signal``).
@@ -32,11 +38,13 @@ import contextlib
 import select
 import signal
 import socket
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from types import FrameType, TracebackType
 from typing import Any
 
 Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
+# What a signal does in a serve loop: None carries on, a number is the exit status.
+Action = Callable[[], int | None]
 
 
 def _ignore(signum: int, frame: FrameType | None) -> None:
@@ -110,3 +118,16 @@ def _readable(sock: socket.socket, timeout: float) -> bool:
     poller = select.poll()
     poller.register(sock, select.POLLIN)
     return bool(poller.poll(max(timeout, 0.0) * 1000))
+
+
+def dispatch(table: Mapping[int, Action], number: int | None) -> int | None:
+    """Run the action ``table`` has for ``number``; its exit status, or None to carry on."""
+    action = table.get(number) if number else None
+    return None if action is None else action()
+
+
+def serve(signals: SignalPipe, table: Mapping[int, Action]) -> int:
+    """Act on each signal that arrives until an action returns an exit status; that status."""
+    while (status := dispatch(table, signals.next())) is None:
+        pass
+    return status

@@ -1,41 +1,37 @@
 """Time limits as a worker reads them: expiry, soft and hard limits, the retry deadline.
 
 Duties:
-1. :class:`JobTimeout` (defined beside the options, so ``import wurk``
-   loads no worker runtime for it), what a job past its limit raises.
+1. :class:`JobTimeout` (defined in ``wurk.core.job_errors``, so ``import
+   wurk`` loads no worker runtime for it), what a job past its limit raises.
 2. :func:`read`: a job's limits, from its payload first (``expiry``,
    ``timeout``, ``hard_timeout``, ``deadline``, as a push wrote them) and
    its registered options second. A payload value that is not a usable
    number (a string, a bool, NaN, a huge or negative number) is treated as
    absent, with one ``job.bad_time_limit`` line for that job: garbage from
    Redis never crashes a processor nor drops a job.
-3. :func:`drop_expired`: a job fetched after its ``expiry`` is not run. It
-   is acknowledged (no retry, no dead entry), counted as processed (as
-   Sidekiq Pro counts it), logged as ``job.expired`` with how late it was,
-   and counted in ``wurk.jobs.expired`` when metrics are on.
-4. :func:`past_deadline`: whether a retry at a given time would run after
+3. :func:`past_deadline`: whether a retry at a given time would run after
    the job's ``deadline`` (the retry handler then sends it to dead).
+4. :func:`settled_by_timer`: whether a run's failure is its hard limit,
+   whose outcome the job timer already settled and logged, so the
+   executor that sees the job unwind logs no second outcome for the run.
 """
 
 from __future__ import annotations
 
-import math
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from wurk.core.job_errors import JobTimeout
 from wurk.core.logging import get_logger
-from wurk.observe import metrics
-from wurk.push.time_options import MAX_DURATION, MAX_EPOCH, JobTimeout
+from wurk.core.validate import finite_float
+from wurk.push.time_options import MAX_DURATION, MAX_EPOCH
 
 if TYPE_CHECKING:
     from wurk.push.options import JobOptions
-    from wurk.runtime.inflight import Counters
-    from wurk.runtime.work import Fetch, UnitOfWork
-    from wurk.settings.config import Config
 
 log = get_logger("wurk.time_limits")
-__all__ = ["NONE", "JobTimeout", "Limits", "deadline_of", "drop_expired", "past_deadline", "read"]
+__all__ = ["NONE", "JobTimeout", "Limits", "deadline_of", "past_deadline", "read",
+           "settled_by_timer"]
 
 
 @dataclass(frozen=True)
@@ -54,13 +50,8 @@ _FIELDS = ("expiry", "timeout", "hard_timeout")
 
 
 def _number(value: Any, ceiling: float) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    try:
-        number = float(value)
-    except OverflowError:
-        return None
-    return number if math.isfinite(number) and 0 < number < ceiling else None
+    number = finite_float(value)
+    return number if number is not None and 0 < number < ceiling else None
 
 
 def read(job: dict[str, Any], options: JobOptions | None) -> Limits:
@@ -85,6 +76,15 @@ def read(job: dict[str, Any], options: JobOptions | None) -> Limits:
     return Limits(*values)
 
 
+def limits_of(job: dict[str, Any], options: JobOptions | None,
+              notes: dict[str, Any]) -> Limits:
+    """A run's limits, read once: the steps that need them share ``notes``' reading."""
+    limits = notes.get("time_limits")
+    if limits is None:
+        limits = notes["time_limits"] = read(job, options)
+    return limits
+
+
 def deadline_of(job: dict[str, Any], options: JobOptions | None) -> float | None:
     """The job's ``deadline``; a garbage payload value counts as none (logged)."""
     value = job.get("deadline")
@@ -97,26 +97,11 @@ def deadline_of(job: dict[str, Any], options: JobOptions | None) -> float | None
     return number
 
 
+def settled_by_timer(exc: BaseException) -> bool:
+    """A hard limit's JobTimeout: raised only after the timer took the run (job.hard_timeout)."""
+    return isinstance(exc, JobTimeout) and exc.hard
+
+
 def past_deadline(deadline: float | None, retry_at: float) -> bool:
     """True when the next run would start after the deadline (so none is attempted)."""
     return deadline is not None and retry_at > deadline
-
-
-def drop_expired(config: Config, job: dict[str, Any], work: UnitOfWork, fetch: Fetch,
-                 counters: Counters, *, expiry: float) -> bool:
-    """Acknowledge a job fetched past its expiry instead of running it; False if not expired."""
-    late = time.time() - expiry
-    if late <= 0:
-        return False
-    jid = job.get("jid") if isinstance(job.get("jid"), str) else None
-    cls = metrics.job_class(job)
-    log.info("job.expired", jid=jid, **{"class": cls}, queue=work.queue, late=round(late, 3))
-    observed = metrics.for_config(config)
-    if observed is not None:
-        try:
-            observed.expired(cls, work.queue)
-        except Exception as exc:  # noqa: BLE001 - a metrics bug must not keep the job
-            log.warning("metrics.job_failed", error=f"{type(exc).__name__}: {exc}")
-    counters.record(failed=False)
-    fetch.acknowledge(work, jid)
-    return True

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from wurk.core.threads import describe
 from wurk.wire import keys
 
 
@@ -20,6 +21,9 @@ from wurk.wire import keys
 class UnitOfWork:
     queue: str
     raw: bytes
+    # Redis's data epoch when reliable fetch claimed it ("" if unknown): how
+    # a settle tells a copy lost with Redis's data from one a recovery took.
+    epoch: str = ""
 
     def requeue_command(self) -> tuple[Any, ...]:
         return ("RPUSH", keys.queue(self.queue), self.raw)
@@ -43,12 +47,26 @@ class Fetch(Protocol):
     def requeue(self, works: Iterable[UnitOfWork]) -> int: ...
 
 
+# Why a payload went to dead as it was found: (error_class, error_message).
+Reason = tuple[str, str]
+
+
 @dataclass(frozen=True, slots=True)
 class Settlement:
     outcome: str  # "retry", "dead", "schedule" (over a limit) or "dropped"
     entry: str | bytes = ""
     at: float = 0.0  # the retry time, or the moment of death
+    # Set for an entry kept as the raw bytes: the note written beside it
+    # (``wurk.wire.dead_notes``), since the bytes themselves may not change.
+    reason: Reason | None = None
 
     @classmethod
-    def dead(cls, entry: str | bytes, now: float | None = None) -> Settlement:
-        return cls("dead", entry, time.time() if now is None else now)
+    def dead(cls, entry: str | bytes, now: float | None = None,
+             reason: Reason | None = None) -> Settlement:
+        return cls("dead", entry, time.time() if now is None else now, reason)
+
+    @classmethod
+    def unrecordable(cls, raw: bytes, exc: BaseException) -> Settlement:
+        """The payload as fetched, to dead, when its failure cannot be written."""
+        return cls.dead(raw, reason=(type(exc).__name__,
+                                     f"wurk could not record its failure ({describe(exc)})"))

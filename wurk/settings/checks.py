@@ -5,7 +5,8 @@ Duties:
    reason) pairs: a choice outside its list or a number outside its range
    (both declared in :mod:`wurk.settings.declared`), a Redis URL that does
    not parse whole (:mod:`wurk.settings.redis_url`), Sentinel settings that
-   do not fit together, a metrics URL or health address that does not parse.
+   do not fit together, a metrics URL or health address that does not parse,
+   an allowed-hosts entry that is not a host (:mod:`wurk.settings.hosts`).
 2. Quote no value unredacted: the caller quotes the setting through
    :func:`wurk.core.redaction.shown`, so reasons cannot carry a password.
 """
@@ -17,20 +18,30 @@ from typing import Any, Protocol
 from wurk.core.redaction import redact_url
 from wurk.settings.addresses import parse_listen, parse_metrics_url
 from wurk.settings.declared import RANGES, SETTINGS
+from wurk.settings.hosts import parse_pattern
 from wurk.settings.redis_url import MAX_PORT, RedisUrlError, parse_redis_url
 
 
 class Settings(Protocol):
     """What these checks read of a Config by attribute (the declared ranges
-    and choices are read by name)."""
+    and choices are read by name); read-only, as a frozen Config's fields are."""
 
-    queues: list[str]
-    sentinels: list[str]
-    sentinel_master: str | None
-    redis_url: str
-    metrics_url: str | None
-    health_listen: str | None
-    metrics_prometheus: bool
+    @property
+    def queues(self) -> list[str]: ...
+    @property
+    def sentinels(self) -> list[str]: ...
+    @property
+    def sentinel_master(self) -> str | None: ...
+    @property
+    def redis_url(self) -> str: ...
+    @property
+    def metrics_url(self) -> str | None: ...
+    @property
+    def health_listen(self) -> str | None: ...
+    @property
+    def metrics_prometheus(self) -> bool: ...
+    @property
+    def web_allowed_hosts(self) -> list[str]: ...
 
 
 def problems(config: Settings) -> list[tuple[str, str]]:
@@ -70,6 +81,12 @@ def _observability_problems(config: Settings) -> list[tuple[str, str]]:
         found.append(("health_listen", str(exc)))
     if config.metrics_prometheus and config.health_listen is None:
         found.append(("metrics_prometheus", "needs health_listen (it is served there)"))
+    for entry in config.web_allowed_hosts:
+        try:
+            parse_pattern(entry)
+        except ValueError as exc:
+            found.append(("web_allowed_hosts", f"{exc} ({entry!r} is not)"))
+            break
     return found
 
 

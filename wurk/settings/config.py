@@ -15,8 +15,12 @@ Duties:
    and tell the integrations that registered with ``when_configured`` of
    each one installed, so they can add their hooks to it.
 
-A Config holds values only: its Redis pool comes from
-:func:`wurk.redis.pools.pool_for`.
+A Config holds values only and is frozen: a changed setting is a new Config
+(``dataclasses.replace``), so whatever was built from one (its runtime, its
+pools, a launcher) never sees a value change under it. Its live state (Redis
+pools, clock) is the process's :class:`wurk.redis.runtime.Runtime` for it.
+The hook chains (``error_handlers``, ``server_middleware`` ...) are lists
+that an integration may extend in place when the config is installed.
 
 Hooks (error, death, Redis error handlers and server middleware) are Python
 callables and so are set in code, never from TOML.
@@ -27,16 +31,17 @@ from __future__ import annotations
 import dataclasses
 import os
 import tomllib
-import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from wurk.core.redaction import shown
+from wurk.core.suggest import did_you_mean
 from wurk.settings.checks import problems
 from wurk.settings.declaration import DECLARED, config_fields
 from wurk.settings.declared import BY_NAME, DEFAULT_REDIS_URL, HOOKS, SETTINGS
+from wurk.settings.files import SettingsFileError, read_settings_file
 from wurk.settings.hooks import (
     ClientMiddleware,
     DeathHandler,
@@ -48,16 +53,13 @@ from wurk.settings.hooks import (
 from wurk.settings.queues import QueueSpecError, parse_queues
 from wurk.settings.values import ConfigError, check_type, environment_layer
 
-if TYPE_CHECKING:
-    from wurk.redis.pool import RedisPool
-
 # Names other modules import from here, some defined elsewhere in the package.
 __all__ = ["DEFAULT_REDIS_URL", "Config", "ConfigError", "configure", "default_config",
-           "environment_layer", "read_toml_table", "settable_fields", "validate",
-           "when_configured", "when_default_replaced"]
+           "environment_layer", "installed_for", "read_toml_table", "settable_fields",
+           "validate", "when_configured", "when_default_replaced"]
 
 
-@dataclass(repr=False)
+@dataclass(repr=False, frozen=True)
 @config_fields(SETTINGS, HOOKS)
 class Config:
     """Every setting's value; types, defaults and help are in :mod:`wurk.settings.declared`."""
@@ -72,12 +74,15 @@ class Config:
     queues: list[str] = DECLARED
     require: list[str] = DECLARED
     shutdown_timeout: float = DECLARED
+    max_jobs: int | None = DECLARED
+    max_jobs_jitter: int | None = DECLARED
     tag: str = DECLARED
     labels: list[str] = DECLARED
     timestamps: str = DECLARED
     max_retries: int = DECLARED
     dead_max_jobs: int = DECLARED
     dead_timeout: float = DECLARED
+    batch_linger: int = DECLARED
     average_scheduled_poll_interval: float = DECLARED
     poll_interval_average: float | None = DECLARED
     heartbeat_interval: float = DECLARED
@@ -111,6 +116,7 @@ class Config:
     health_listen: str | None = DECLARED
     web_user: str | None = DECLARED
     web_password: str | None = DECLARED
+    web_allowed_hosts: list[str] = DECLARED
 
     error_handlers: list[ErrorHandler] = DECLARED
     death_handlers: list[DeathHandler] = DECLARED
@@ -146,21 +152,27 @@ class Config:
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any], *, source: str,
-                     sources: Mapping[str, str] | None = None) -> Config:
-        """``sources`` may name, per key, a source other than ``source`` for errors."""
+                     sources: Mapping[str, str] | None = None,
+                     known: Iterable[str] = ()) -> Config:
+        """``sources`` may name, per key, a source other than ``source`` for errors;
+        ``known``: keys the caller reads itself (the swarm's), which an unknown
+        key's "did you mean" may name too."""
         where = dict(sources or {})
         unknown = sorted(set(values) - settable_fields())
         if unknown:
             key = unknown[0]
             raise ConfigError(f"{where.get(key, source)}: unknown key {key!r} "
-                              f"(set to {shown(key, values[key], unknown=True)})")
+                              f"(set to {shown(key, values[key], unknown=True)})"
+                              f"{did_you_mean(key, settable_fields() | set(known))}")
         for name, value in values.items():
             check_type(name, value, where.get(name, source))
         config = cls.__new__(cls)
         # Not cls(): that would validate the defaults (REDIS_URL included)
         # and blame "arguments" for a value that came from the environment.
+        # object.__setattr__: the one place a frozen Config is filled in.
         for f in dataclasses.fields(cls):
-            setattr(config, f.name, values[f.name] if f.name in values else _field_default(f))
+            object.__setattr__(config, f.name,
+                               values[f.name] if f.name in values else _field_default(f))
         validate(config, source=source, sources=where)
         return config
 
@@ -174,13 +186,13 @@ class Config:
     @property
     def pool_size(self) -> int:
         # Every processor thread may hold a connection, plus the heartbeat,
-        # the scheduler and the application's own pushes.
+        # the scheduler, the cancel watch and the application's own pushes.
         if self.redis_pool_size:
             return self.redis_pool_size
         if self.executor == "asyncio":
             # Its threads instead: feeders, bookkeeping, sync jobs (wurk.runtime.aio_manager).
-            return asyncio_threads(self.concurrency, self.executor_threads) + 5
-        return self.concurrency + 5
+            return asyncio_threads(self.concurrency, self.executor_threads) + 6
+        return self.concurrency + 6
 
     @property
     def replicas_to_confirm(self) -> int:
@@ -188,24 +200,6 @@ class Config:
         if self.push_replicas is not None:
             return self.push_replicas
         return 1 if self.sentinels else 0
-
-    # -- deprecated: pools live in wurk.redis.pools -----------------------
-    @property
-    def pool(self) -> RedisPool:
-        """Deprecated: use ``wurk.redis.pools.pool_for(config)``."""
-        from wurk.redis.pools import pool_for  # noqa: PLC0415 - a shim, gone next release
-
-        warnings.warn("Config.pool is deprecated; use wurk.redis.pools.pool_for(config)",
-                      DeprecationWarning, stacklevel=2)
-        return pool_for(self)
-
-    def reset_pool(self) -> None:
-        """Deprecated: use ``wurk.redis.pools.close_pool(config)``."""
-        from wurk.redis.pools import close_pool  # noqa: PLC0415 - a shim, gone next release
-
-        warnings.warn("Config.reset_pool() is deprecated; use wurk.redis.pools.close_pool(config)",
-                      DeprecationWarning, stacklevel=2)
-        close_pool(self)
 
 
 def _field_default(f: dataclasses.Field[Any]) -> Any:
@@ -235,8 +229,9 @@ def validate(config: Config, *, source: str, sources: Mapping[str, str] | None =
 def read_toml_table(path: Path) -> dict[str, Any]:
     """The ``[wurk]`` table of a TOML file (a file with no such table gives {})."""
     try:
-        with path.open("rb") as fh:
-            document = tomllib.load(fh)
+        document = tomllib.loads(read_settings_file(path))
+    except SettingsFileError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc}") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
@@ -248,10 +243,12 @@ def read_toml_table(path: Path) -> dict[str, Any]:
 
 
 _default: Config | None = None
+# What configure() was last given, then each callback's copy of it: the last is the default.
+_lineage: list[Config] = []
 # Told of a default config that configure() replaced (the pools close its pool).
 _on_replaced: list[Callable[[Config], None]] = []
 # Told of each default config installed (integrations add their middleware).
-_on_configured: list[Callable[[Config], None]] = []
+_on_configured: list[Callable[[Config], Config | None]] = []
 
 
 def when_default_replaced(callback: Callable[[Config], None]) -> None:
@@ -259,7 +256,7 @@ def when_default_replaced(callback: Callable[[Config], None]) -> None:
     _on_replaced.append(callback)
 
 
-def when_configured(callback: Callable[[Config], None]) -> None:
+def when_configured(callback: Callable[[Config], Config | None]) -> None:
     """Call ``callback(config)`` on the default config now, if one is installed,
     and on every default installed later (by ``configure`` or the first
     ``default_config()``).
@@ -268,36 +265,71 @@ def when_configured(callback: Callable[[Config], None]) -> None:
     worker: ``wurk run`` and each swarm child install their config with
     ``configure`` after the application is loaded (a child after the fork),
     and the callback adds the integration's middleware to it. A callback
-    must be idempotent: it may see one config more than once.
+    must be idempotent: it may see one config more than once. It extends
+    the config's hook lists in place, or returns a changed copy
+    (``dataclasses.replace``) to install instead, for a field it cannot
+    extend (a single hook such as ``on_redis_error``).
     """
+    global _default  # noqa: PLW0603 - the one documented default instance
     _on_configured.append(callback)
     if _default is not None:
-        callback(_default)
+        _default = _replaced_by(_default, callback(_default))
 
 
 def default_config() -> Config:
     """The process-wide config that ``@wurk.job`` helpers and ``Client()`` use."""
-    global _default  # noqa: PLW0603 - the one documented default instance
+    global _default, _lineage  # noqa: PLW0603 - the one documented default instance
     if _default is None:
         _default = Config.load()
-        _installed(_default)
+        _lineage = [_default]
+        _default = _installed(_default)
     return _default
 
 
 def configure(config: Config | None = None, **overrides: Any) -> Config:
-    """Install the process-wide default config (built from overrides if not given)."""
-    global _default
+    """Install the process-wide default config (built from overrides if not given).
+
+    Returns the config installed: ``config`` itself, or the copy an
+    integration's ``when_configured`` callback made of it; use that one.
+    """
+    global _default, _lineage  # noqa: PLW0603 - the one documented default instance
     old, _default = _default, config if config is not None else Config.load(**overrides)
+    _lineage = [_default]
     if old is not None and old is not _default:
         for callback in _on_replaced:
             callback(old)
-    _installed(_default)
+    _default = _installed(_default)
     return _default
 
 
-def _installed(config: Config) -> None:
+def installed_for(config: Config) -> Config:
+    """The default installed in place of ``config``, else ``config`` itself.
+
+    An entry point installs its config, then loads the application's modules;
+    one of those may register a ``when_configured`` callback whose copy then
+    becomes the default (``wurk.contrib.django.boot`` under ``wurk run``). The
+    entry point runs that copy, not the config it holds. A module that
+    installed a config of its own (``configure(other)``) does not count.
+    """
+    return _default if _default is not None and any(one is config for one in _lineage) \
+        else config
+
+
+def _installed(config: Config) -> Config:
+    """The default after every ``when_configured`` callback saw ``config``."""
     for callback in list(_on_configured):
+        config = _replaced_by(config, callback(config))
+    return config
+
+
+def _replaced_by(config: Config, copy: Config | None) -> Config:
+    """``copy`` (a callback's) in place of ``config``, whose pool closes."""
+    if copy is None or copy is config:
+        return config
+    for callback in _on_replaced:
         callback(config)
+    _lineage.append(copy)
+    return copy
 
 
 # The asyncio executor's threads (wurk.runtime.aio_manager, aio_processor).

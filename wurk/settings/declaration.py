@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from wurk.settings.limits import Range
+from wurk.settings.bounds import Range
 
 NONE = type(None)
 # Each declared type, as a Config annotation writes it: (accepted Python types, words).

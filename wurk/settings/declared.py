@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import os
 
-from wurk.settings.declaration import Flag, Hook, Setting
-from wurk.settings.limits import (
+from wurk.settings.bounds import (
     DAY,
     HOUR,
     MAX_BUFFERED_PUSHES,
     MAX_CONCURRENCY,
     MAX_DEAD_JOBS,
     MAX_HEARTBEAT_INTERVAL,
+    MAX_JOBS_PER_PROCESS,
     MAX_POOL_SIZE,
     MAX_QUEUE_WEIGHT,
     MAX_RECOVERIES,
@@ -39,6 +39,7 @@ from wurk.settings.limits import (
     YEAR,
     Range,
 )
+from wurk.settings.declaration import Flag, Hook, Setting
 from wurk.settings.redis_url import MAX_PORT
 
 DEFAULT_REDIS_URL = "redis://localhost:6379/0"
@@ -90,11 +91,27 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("require", "list[str]", [],
             flag=Flag(("-r", "--require"),
                       help="module (or .py file) that defines jobs; repeatable"),
-            help="modules or `.py` files that define jobs"),
+            help="modules or `.py` files that define jobs (a file imports under its "
+                 "package's dotted name, as `src/myapp/jobs.py` is `myapp.jobs`)"),
     Setting("shutdown_timeout", "float", 25.0, range=Range(0, MAX_TIMEOUT),
             flag=Flag(("-t", "--timeout"), help="shutdown timeout in seconds"),
             help="seconds running jobs get to finish after TERM; giving back and the last "
                  "Redis writes then get at most one more second"),
+    Setting("max_jobs", "int | None", None, range=Range(1, MAX_JOBS_PER_PROCESS),
+            shown_default="unset (never)",
+            flag=Flag(("--max-jobs",), metavar="N",
+                      help="stop after about N jobs so that a fresh process takes over "
+                           "(exit status 75; default: never)"),
+            help="a `wurk run` process or swarm child that has finished this many jobs (plus "
+                 "its `max_jobs_jitter` draw) stops as `TERM` stops it: no more fetches, "
+                 "running jobs finish; a swarm forks a fresh child in its place, `wurk run` "
+                 "exits 75 for its process manager to start it again (see [Recycling by "
+                 "count](../how-to/swarm.md#recycling-by-count)); an embedded worker "
+                 "ignores it"),
+    Setting("max_jobs_jitter", "int | None", None, range=Range(0, MAX_JOBS_PER_PROCESS),
+            shown_default="unset (a tenth of `max_jobs`)",
+            help="each process adds a random 0 to this many jobs to its `max_jobs`, so "
+                 "children started together do not all recycle together"),
     Setting("tag", "str", "",
             flag=Flag(("-g", "--tag"), help="a tag shown in the process list"),
             help="a tag shown in the process list and Sidekiq's UI"),
@@ -109,6 +126,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("dead_timeout", "float", float(_DEAD_TIMEOUT), range=Range(0, 10 * YEAR),
             shown_default=f"{_DEAD_TIMEOUT} (180 days)",
             help="seconds a job stays in the dead set"),
+    Setting("batch_linger", "int", DAY, range=Range(1, 90 * DAY),
+            shown_default=f"{DAY} (1 day)",
+            help="seconds a batch whose `success` fired, and a finished workflow, are kept "
+                 "for the status API; then their keys, fired markers and index entries go"),
     Setting("average_scheduled_poll_interval", "float", 5.0, range=Range(MIN_INTERVAL, DAY),
             help="the whole cluster checks for due scheduled jobs and retries about once per "
                  "this many seconds"),
@@ -159,11 +180,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("reaper_interval", "float", 60.0, range=Range(MIN_INTERVAL, DAY),
             help="seconds between one process's sweeps for dead processes' private lists"),
     Setting("max_recoveries", "int", 3, range=Range(0, MAX_RECOVERIES),
-            help="a job that was the only job of a process that died more often than this goes "
-                 f"to the dead set as a poison pill (see [Reliable fetch]({_RELIABLE}"
+            help="a job that crashed its swarm child (a SIGSEGV, a SIGABRT, a memory recycle) "
+                 "as the only job it ran more often than this goes to the dead set as a "
+                 f"poison pill; a SIGKILL never counts (see [Reliable fetch]({_RELIABLE}"
                  "#reliable-fetch))"),
     Setting("redis_pool_size", "int | None", None, range=Range(1, MAX_POOL_SIZE),
-            shown_default="unset (concurrency + 5; with the asyncio executor, its threads + 5)",
+            shown_default="unset (concurrency + 6; with the asyncio executor, its threads + 6)",
             help="Redis connections per process"),
     Setting("redis_connect_timeout", "float", 1.0, range=Range(MIN_INTERVAL, MAX_REDIS_TIMEOUT),
             help="seconds to connect to Redis, TLS handshake included"),
@@ -213,6 +235,14 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("web_password", "str | None", None, secret=True,
             help="password `wurk web` asks for with HTTP basic auth; unset serves without "
                  "auth"),
+    Setting("web_allowed_hosts", "list[str]", [],
+            limit="host names or addresses, `.example.com`, `*.example.com` or `*`",
+            help="the `Host` names the dashboard answers besides the loopback names (and "
+                 "`wurk web`'s `--bind` address); any other is refused with 400, which stops "
+                 "DNS rebinding; `.example.com` is the domain and its subdomains, "
+                 "`*.example.com` its subdomains, `*` any host (no protection); mounted with "
+                 "`wurk.web.app()`, unset leaves the check to the host application (see "
+                 "[Allowed hosts](../how-to/dashboard.md#allowed-hosts))"),
 )
 
 HOOKS: tuple[Hook, ...] = (

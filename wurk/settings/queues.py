@@ -7,7 +7,7 @@ first more often without starving lighter ones.
 
 Duties:
 1. Parse ``name[:weight]`` entries, refusing empty names and weights that
-   are not integers from 0 to :data:`wurk.settings.limits.MAX_QUEUE_WEIGHT`.
+   are not integers from 0 to :data:`wurk.settings.bounds.MAX_QUEUE_WEIGHT`.
 2. :meth:`QueuePlan.order`: that weighted order in time and memory that
    grow with the number of queues, never with their weights.
 """
@@ -18,7 +18,7 @@ import random
 import re
 from dataclasses import dataclass
 
-from wurk.settings.limits import MAX_QUEUE_WEIGHT
+from wurk.settings.bounds import MAX_QUEUE_WEIGHT
 
 _INTEGER = re.compile(r"-?[0-9]+")
 

@@ -5,7 +5,8 @@ Duties:
    (relative times; the absolute UTC time goes in a title attribute),
    ``utc`` (ISO time), ``short`` (a long text cut for a table cell).
 2. :func:`args_text`: a job's arguments as Sidekiq Web shows them
-   (ActiveJob's inner arguments, encrypted ones hidden), as compact JSON.
+   (ActiveJob's inner arguments, encrypted ones hidden), as compact JSON,
+   and a keyword push's keywords as ``name=value``.
 3. :func:`fields`: every payload field of a job, each as readable text.
 4. :func:`json_for_script`: JSON safe inside an HTML ``<script
    type="application/json">`` block (``<``, ``>``, ``&`` and the line
@@ -20,11 +21,13 @@ import math
 import time
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote
 
 import jinja2
 from markupsafe import Markup
 
 from wurk.api.records import JobRecord
+from wurk.wire import keywords
 
 SHORT = 140
 _SCRIPT_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026",
@@ -90,8 +93,18 @@ def to_json(value: Any) -> str:
 
 
 def args_text(record: JobRecord) -> str:
-    """The arguments, as Sidekiq Web shows them, comma-separated JSON values."""
-    return ", ".join(to_json(arg) for arg in record.display_args)
+    """The arguments, as Sidekiq Web shows them, comma-separated JSON values;
+    a keyword push's keywords as ``name=value`` (:mod:`wurk.wire.keywords`)."""
+    args = record.display_args
+    if keywords.marked(record.item) and args and isinstance(args[-1], dict):
+        return ", ".join([*(to_json(arg) for arg in args[:-1]),
+                          *(f"{name}={to_json(value)}" for name, value in args[-1].items())])
+    return ", ".join(to_json(arg) for arg in args)
+
+
+# Arguments longer than this are shown once, under Arguments, not again in
+# the table of every field (a 1 MB argument made a 2.1 MB page).
+ARGS_SHOWN_ONCE = 4096
 
 
 def fields(record: JobRecord) -> list[tuple[str, str]]:
@@ -99,9 +112,12 @@ def fields(record: JobRecord) -> list[tuple[str, str]]:
     if not record.valid:
         return [("(raw)", record.value.decode("utf-8", "replace")
                  if isinstance(record.value, bytes) else record.value)]
-    return [(str(name), value if isinstance(value, str)
-             else json.dumps(value, ensure_ascii=False, indent=2, default=str))
-            for name, value in sorted(record.item.items())]
+    shown = [(str(name), value if isinstance(value, str)
+              else json.dumps(value, ensure_ascii=False, indent=2, default=str))
+             for name, value in sorted(record.item.items())]
+    return [(name, f"({len(text):,} characters: shown under Arguments above)"
+             if name == "args" and len(text) > ARGS_SHOWN_ONCE else text)
+            for name, text in shown]
 
 
 def json_for_script(value: Any) -> Markup:
@@ -119,9 +135,14 @@ def raw_text(record: JobRecord) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
+def segment(value: Any) -> str:
+    """One URL path segment: unlike Jinja's ``urlencode``, a ``/`` in it is encoded too."""
+    return quote(str(value), safe="")
+
+
 def environment(loader: jinja2.BaseLoader) -> jinja2.Environment:
     env = jinja2.Environment(loader=loader, autoescape=True, undefined=jinja2.StrictUndefined)
     env.filters.update(num=num, ago=ago, utc=utc, iso=iso, short=short, duration=duration,
-                       args_text=args_text, raw_text=raw_text, to_json=to_json)
+                       args_text=args_text, raw_text=raw_text, to_json=to_json, segment=segment)
     env.globals.update(fields=fields, json_for_script=json_for_script)
     return env

@@ -1,14 +1,18 @@
-"""What guards the dashboard: basic auth, CSRF, read-only mode, security headers.
+"""What guards the dashboard: allowed hosts, basic auth, CSRF, read-only mode, headers.
 
 Duties:
-1. :class:`Guard`, an ASGI middleware around the whole app: HTTP basic auth
+1. :class:`Guard`, an ASGI middleware around the whole app: with an allow
+   list, a request whose Host (or Origin) is not allowed is refused before
+   anything else, 400 (403 for the Origin) with a ``web.host_refused`` (or
+   ``web.origin_refused``) warning (:mod:`wurk.web.hosts`); HTTP basic auth
    when a user and password are set (constant-time compare, 401 with a
    challenge otherwise); only GET, HEAD and POST pass (405); security
    headers on every response (CSP ``default-src 'self'``, no framing,
    nosniff, no referrer leaks); a CSRF token per browser in a cookie, made
    on the first visit and handed to the pages through ``scope["state"]``.
 2. :func:`checked_form`: every POST handler's first step. It refuses the
-   POST in read-only mode, from another origin, or without the form field
+   POST in read-only mode, from another origin (an Origin header that is
+   not the request's Host, or not an allowed host), or without the form field
    ``csrf`` equal to the cookie (a double-submit token: a page on another
    site can neither read the cookie nor set it, and it is SameSite=Strict);
    each refusal is a 403. It then parses the urlencoded body (at most
@@ -24,11 +28,15 @@ import re
 import secrets
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl
 
 from starlette.datastructures import FormData
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
+
+from wurk.core.logging import get_logger
+from wurk.settings.hosts import AllowedHosts
+from wurk.web.hosts import origin_allowed, refusal, shown
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -41,6 +49,9 @@ CSRF_FIELD = "csrf"
 MAX_BODY = 4 * 1024 * 1024  # a job's raw payload travels in the delete-one-job form
 _TOKEN = re.compile(r"^[A-Za-z0-9_-]{32,64}$")
 ALLOWED_METHODS = ("GET", "HEAD", "POST")
+HOSTS_STATE = "allowed_hosts"
+
+log = get_logger("wurk.web")
 
 SECURITY_HEADERS = (
     (b"content-security-policy",
@@ -54,10 +65,15 @@ SECURITY_HEADERS = (
 
 
 class Guard:
-    """Auth, method filter, headers and the CSRF cookie around ``app``."""
+    """Host check, auth, method filter, headers and the CSRF cookie around ``app``.
 
-    def __init__(self, app: ASGIApp, *, username: str | None, password: str | None) -> None:
+    ``hosts`` None turns the host check off (a host application's own
+    applies); the Origin of a POST must then still equal its Host."""
+
+    def __init__(self, app: ASGIApp, *, username: str | None, password: str | None,
+                 hosts: AllowedHosts | None = None) -> None:
         self.app = app
+        self.hosts = hosts
         if (username is None) != (password is None) or password == "":
             raise ValueError("basic auth needs both a user name and a non-empty password")
         self.credentials = (f"{username}:{password}".encode() if username is not None
@@ -66,6 +82,8 @@ class Guard:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        if self.hosts is not None and not await self._host_passes(scope, self.hosts, send):
             return
         headers = {k.lower(): v for k, v in scope.get("headers", [])}
         if self.credentials is not None and not self._authorized(headers):
@@ -79,7 +97,8 @@ class Guard:
         fresh = token is None
         if token is None:
             token = secrets.token_urlsafe(32)
-        scope.setdefault("state", {})["csrf"] = token
+        state = scope.setdefault("state", {})
+        state["csrf"], state[HOSTS_STATE] = token, self.hosts
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -90,6 +109,20 @@ class Guard:
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
+
+    @staticmethod
+    async def _host_passes(scope: Scope, hosts: AllowedHosts, send: Send) -> bool:
+        refused = refusal(scope, hosts)
+        if refused is None:
+            return True
+        if refused.status == 400:
+            log.warning("web.host_refused", host=refused.value, reason=refused.reason,
+                        method=str(scope.get("method")), path=shown(str(scope.get("path", ""))))
+        else:
+            log.warning("web.origin_refused", origin=refused.value,
+                        method=str(scope.get("method")), path=shown(str(scope.get("path", ""))))
+        await _plain(send, refused.status, refused.text.encode(), [])
+        return False
 
     def _authorized(self, headers: dict[bytes, bytes]) -> bool:
         assert self.credentials is not None
@@ -157,9 +190,13 @@ async def checked_form(request: Request, *, read_only: bool) -> FormData:
 
 
 def _same_origin(request: Request) -> bool:
-    """No Origin header (an old browser, a script) passes; one naming another host fails."""
-    origin = request.headers.get("origin")
-    if origin is None:
+    """No Origin header (an old browser, a script) passes; the token still has to match.
+
+    One naming another host than the request's, or a host not allowed, fails."""
+    origins = request.headers.getlist("origin")
+    if not origins:
         return True
-    host = request.headers.get("host", "")
-    return origin != "null" and urlsplit(origin).netloc == host
+    hosts = request.scope.get("state", {}).get(HOSTS_STATE)
+    hosts_given = request.headers.getlist("host")
+    host = hosts_given[0] if len(hosts_given) == 1 else None
+    return len(origins) == 1 and origin_allowed(origins[0], host, hosts)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
 
@@ -25,6 +25,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from wurk.core.redaction import redact_url
+from wurk.redis.runtime import Runtime, runtime_for
 from wurk.settings.config import Config
 from wurk.version import __version__
 from wurk.web.security import checked_form, csrf_token
@@ -46,6 +47,11 @@ class Site:
     read_only: bool
     env: jinja2.Environment
     poll_interval: float
+    # The dashboard's pools, found once for its config.
+    runtime: Runtime = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.runtime = runtime_for(self.config)
 
     def render(self, request: Request, template: str, status: int = 200,
                **context: Any) -> HTMLResponse:

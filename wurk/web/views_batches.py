@@ -11,9 +11,9 @@ Duties:
    a pending job that failed waits), parent and children (linked), callbacks and when each fired,
    the problems found reading it, and a link to its workflow when it is one.
 3. ``GET /workflows?page=N``: the ``wurk:workflows`` index newest first
-   (:func:`wurk.push.workflow_status.summaries`) with state, policy,
+   (:func:`wurk.workflows.status.summaries`) with state, policy,
    description and times.
-4. ``GET /workflows/{wid}``: one workflow (:func:`wurk.push.workflow_status.read`,
+4. ``GET /workflows/{wid}``: one workflow (:func:`wurk.workflows.status.read`,
    as ``wurk workflows show``): each step with its job, job count, state,
    batch (linked) and error, and the stored results of its last steps.
 Everything shown comes from Redis and is escaped; a record of the wrong
@@ -32,14 +32,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from wurk.api.batches import BatchSet, BatchStatus
 from wurk.api.paging import Page
+from wurk.batches import keys as batch_keys
+from wurk.batches.api import BatchSet, BatchStatus
 from wurk.push.client import Client
-from wurk.push.workflow_spec import WorkflowError
-from wurk.push.workflow_status import count, read, summaries
 from wurk.web.site import Site, page
 from wurk.web.views_queues import page_number
-from wurk.wire import batch as batch_wire
+from wurk.workflows.spec import WorkflowError
+from wurk.workflows.status import count, read, summaries
 
 PER_PAGE = 25
 MAX_WID = 64
@@ -73,7 +73,7 @@ def batches(request: Request, site: Site) -> Response:
     rows = [_status(found, bid) for bid in found.bids(PER_PAGE, (number - 1) * PER_PAGE)]
     return site.render(request, "batches.html", title="Batches", active="batches",
                        listing=Page(rows, total, number, PER_PAGE), rows=rows,
-                       now=time.time(), events=batch_wire.EVENTS)
+                       now=time.time(), events=batch_keys.EVENTS)
 
 
 def _json_text(value: Any, indent: int | None = 2) -> str:
@@ -85,7 +85,7 @@ def _callbacks(status: BatchStatus) -> tuple[dict[str, str], str]:
     stored: Any = status.callbacks  # any JSON: the record is untrusted
     if not isinstance(stored, dict):
         return {}, _json_text(stored, None)
-    per_event = {event: _json_text(stored[event], None) for event in batch_wire.EVENTS
+    per_event = {event: _json_text(stored[event], None) for event in batch_keys.EVENTS
                  if event in stored}
     rest = {k: v for k, v in stored.items() if k not in per_event}
     return per_event, _json_text(rest, None) if rest else ""
@@ -93,14 +93,14 @@ def _callbacks(status: BatchStatus) -> tuple[dict[str, str], str]:
 
 def batch(request: Request, site: Site) -> Response:
     bid = request.path_params["bid"]
-    if not batch_wire.valid_bid(bid):
+    if not batch_keys.valid_bid(bid):
         raise HTTPException(404, "no such batch")
     status = _status(BatchSet(config=site.config), bid)
     if not status.exists:
         raise HTTPException(404, "no batch of that id (never made, or expired)")
     per_event, other = _callbacks(status)
     return site.render(request, "batch.html", title=f"Batch {bid}", active="batches",
-                       b=status, now=time.time(), events=batch_wire.EVENTS,
+                       b=status, now=time.time(), events=batch_keys.EVENTS,
                        callbacks=per_event, other_callbacks=other,
                        is_workflow=isinstance(status.workflow, dict)
                        and "steps" in status.workflow)

@@ -9,7 +9,8 @@ Duties:
    description cannot be read is refused (409), never guessed at.
 3. ``GET /unique``: the unique-job locks (:class:`wurk.api.UniqueLocks`, a
    bounded SCAN of ``unique:*``, at most :data:`LOCKS` shown) with holder
-   jid and time left.
+   jid and time left, and the holding job's class, arguments and place
+   where a bounded look finds it (:mod:`wurk.api.unique_holders`).
 4. ``POST /unique/release`` (``key``, asked for first): drop one lock,
    whoever holds it, so a duplicate may be pushed now.
 """
@@ -26,8 +27,9 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from wurk.api.limiters import LimiterSet, UnknownLimiterError
-from wurk.api.unique import UniqueLocks
+from wurk.api.unique_holders import holders
 from wurk.limiter.policy import LimiterArgumentError
+from wurk.unique.api import UniqueLocks
 from wurk.web.site import Site, action, page, redirect
 
 LOCKS = 200
@@ -60,8 +62,10 @@ def reset_limiter(request: Request, site: Site, form: FormData) -> Response:
 
 def unique(request: Request, site: Site) -> Response:
     locks = UniqueLocks(config=site.config).locks(limit=LOCKS)
+    held = holders((lock.holder for lock in locks), config=site.config)
     return site.render(request, "unique.html", title="Unique locks", active="unique",
-                       locks=locks, limit=LOCKS, done=request.query_params.get("done", ""))
+                       locks=locks, holders=held, limit=LOCKS,
+                       done=request.query_params.get("done", ""))
 
 
 def release(request: Request, site: Site, form: FormData) -> Response:

@@ -38,9 +38,21 @@ def page_number(request: Request) -> int:
 
 def queue_named(request: Request, site: Site) -> Queue:
     name = request.path_params["name"]
-    if not name or len(name) > MAX_QUEUE_NAME:
+    if not name or len(name) > MAX_QUEUE_NAME or not _one_segment(request):
         raise HTTPException(404, "no such queue")
     return Queue(name, config=site.config)
+
+
+def _one_segment(request: Request) -> bool:
+    """Whether the name came as one path segment: a ``/`` in a name arrives as
+    ``%2F``; a bare ``/`` separates segments (``GET /queues/default/pause`` is
+    no queue named ``default/pause``)."""
+    raw = request.scope.get("raw_path")
+    if not isinstance(raw, bytes):
+        return "/" not in request.path_params["name"]
+    rest = raw.decode("latin-1").partition("?")[0].rpartition("/queues/")[2]
+    action = request.url.path.rpartition("/")[2] if request.method == "POST" else ""
+    return "/" not in (rest.removesuffix(f"/{action}") if action else rest)
 
 
 def queues(request: Request, site: Site) -> Response:
@@ -53,6 +65,8 @@ def queues(request: Request, site: Site) -> Response:
 def queue(request: Request, site: Site) -> Response:
     q = queue_named(request, site)
     listing = queue_page(q, page_number(request), PER_PAGE)
+    if listing.number > listing.pages:  # past the end (a bookmark, a queue that shrank)
+        listing = queue_page(q, listing.pages, PER_PAGE)
     return site.render(request, "queue.html", title=f"Queue {q.name}", active="queues",
                        queue=q, paused=q.paused, listing=listing,
                        done=request.query_params.get("done", ""))
@@ -95,11 +109,12 @@ def page_number_of(form: FormData) -> int:
         return 1
 
 
+# ``path``: a queue's name may hold a ``/`` (sent encoded, decoded before routing).
 ROUTES = [
     Route("/queues", page(queues)),
-    Route("/queues/{name:str}", page(queue)),
-    Route("/queues/{name:str}/pause", action(pause), methods=["POST"]),
-    Route("/queues/{name:str}/unpause", action(unpause), methods=["POST"]),
-    Route("/queues/{name:str}/clear", action(clear), methods=["POST"]),
-    Route("/queues/{name:str}/delete", action(delete_job), methods=["POST"]),
+    Route("/queues/{name:path}/pause", action(pause), methods=["POST"]),
+    Route("/queues/{name:path}/unpause", action(unpause), methods=["POST"]),
+    Route("/queues/{name:path}/clear", action(clear), methods=["POST"]),
+    Route("/queues/{name:path}/delete", action(delete_job), methods=["POST"]),
+    Route("/queues/{name:path}", page(queue)),
 ]

@@ -12,7 +12,9 @@ Duties:
    ``POST /{set}/all``: ``retry`` (retries and dead), ``add`` (push now),
    ``delete``, ``kill`` (retries and scheduled), each through
    :class:`wurk.api.SortedEntry`, so a race with a worker or another
-   operator never pushes a job twice.
+   operator never pushes a job twice; "delete all" and "kill all" go a
+   chunk of entries per script (``clear``, ``kill_all``), each job's lock,
+   batch count and result waiters released with it.
 """
 
 from __future__ import annotations
@@ -74,6 +76,8 @@ def listing(kind: SetKind, request: Request, site: Site) -> Response:
                        listing=result)
     else:
         result = set_page(sset, page_number(request), PER_PAGE, descending=descending)
+        if result.number > result.pages:  # past the end (a bookmark, a set that shrank)
+            result = set_page(sset, result.pages, PER_PAGE, descending=descending)
         context.update(entries=result.items, total=result.total, truncated=False,
                        listing=result)
     return site.render(request, "set.html", title=kind.title, active=kind.slug, kind=kind,
@@ -141,10 +145,10 @@ def act_on_all(kind: SetKind, request: Request, site: Site, form: FormData) -> R
     verb = str(form.get("action", ""))
     if form.get("confirm") != "all":
         raise HTTPException(400, "acting on every entry needs confirm=all")
-    if verb == "delete":
-        n = sset.size
-        sset.clear()
-        return redirect(request, f"/{kind.slug}", done=verb, n=n)
+    if verb == "delete":  # chunked, each job's lock, batch and waiters released
+        return redirect(request, f"/{kind.slug}", done=verb, n=sset.clear())
+    if verb == "kill" and isinstance(sset, RetrySet | ScheduledSet):
+        return redirect(request, f"/{kind.slug}", done=verb, n=sset.kill_all())
     # entries() walks by score and survives the moves it makes.
     return _after(request, kind, verb, apply(kind, verb, sset.entries()))
 

@@ -14,7 +14,10 @@ Duties:
 3. ``POST /spool/push``: push every file of this Redis that no live
    process holds, as a worker would (:func:`wurk.push.spool_drain.drain_once`).
 4. ``POST /spool/discard`` (``file`` named as listed, asked for first):
-   claim the file and delete it; one a live drainer holds is left.
+   claim the file, end its jobs with what their push took (as ``wurk spool
+   discard`` does: :func:`wurk.admin.spool.discard_file`) and delete it;
+   one a live drainer holds is left, and one Redis could not be told about
+   is kept (the error is the page's answer).
 """
 
 from __future__ import annotations
@@ -30,11 +33,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from wurk.admin.spool import describe
+from wurk.admin.spool import describe, discard_file
 from wurk.api.records import JobRecord
 from wurk.push import spool
 from wurk.push.spool_drain import drain_once
-from wurk.redis.pools import pool_for
 from wurk.web.site import Site, action, page, redirect
 
 SHOWN = 500
@@ -87,7 +89,7 @@ def file_page(request: Request, site: Site) -> Response:
 
 
 def push(request: Request, site: Site, form: FormData) -> Response:
-    report = drain_once(site.config, pool_for(site.config))
+    report = drain_once(site.config, site.runtime.pool)
     jobs = sum(len(jids) for _, jids in report.pushed)
     trouble = len(report.bad) + len(report.failed) + len(report.busy)
     return redirect(request, "/spool", done="spool-pushed" if not trouble else "spool-partial",
@@ -101,7 +103,7 @@ def discard(request: Request, site: Site, form: FormData) -> Response:
     held = spool.claim(_named(site, file))
     if held is None:
         return redirect(request, "/spool", done="spool-busy")
-    held.finish()
+    discard_file(site.runtime, held)
     return redirect(request, "/spool", done="spool-discarded")
 
 

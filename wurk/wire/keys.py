@@ -22,6 +22,12 @@ PROFILES = "profiles"
 # Swarm parents (wurk-swarm) register here; each identity is a hash as a process's is.
 SWARMS = "wurk:swarms"
 
+# Why an entry of ``dead`` that is not a job (kept byte for byte as it was
+# found) is there: a hash from the digest of its bytes to the reason, and the
+# same digests scored by time of death, so reasons age out as the set does.
+DEAD_NOTES = "wurk:dead:notes"
+DEAD_NOTES_AT = "wurk:dead:notes-at"
+
 # Five years, as Sidekiq keeps its per-day counters.
 DAILY_STAT_TTL = 157_680_000
 # Heartbeat hashes and the signals list live a minute past the last beat.
@@ -78,13 +84,42 @@ def wip_queues(identity: str) -> str:
 
 
 PILL_PREFIX = "wurk:pill:"
-# Recovered jobs that have not finished a run since: a sorted set of raw
-# payloads scored by their last recovery. Reliable fetch runs each one alone.
+# Jobs running when their process crashed with evidence against them, that
+# have not finished a run since: a sorted set of raw payloads scored by when
+# they were accused. Reliable fetch runs each one alone. A mark lives this
+# long, so an isolation that never ends (a Ruby process ran the job, a person
+# deleted it) cannot hold a queue's head for longer.
 SUSPECTS = "wurk:suspects"
+SUSPECT_TTL = 3600
 
 
 def pill(jid: str) -> str:
     return f"{PILL_PREFIX}{jid}"
+
+
+def pill_arg(jid: str | None) -> str:
+    """A job's pill key as a script argument, or "" for none: no jid, or one
+    no UTF-8 writer can carry (so no counter can exist under it)."""
+    if not jid:
+        return ""
+    key = pill(jid)
+    if not key.isascii():
+        try:
+            key.encode("utf-8")
+        except UnicodeEncodeError:
+            return ""
+    return key
+
+
+# Redis's data epoch: a random token set once (SET NX) and never expiring.
+# It outlives everything wurk writes, so its absence, or a token other than
+# the one a process learned, means Redis lost its data since then (a restart
+# without persistence, a failover to an empty replica, FLUSHALL).
+EPOCH = "wurk:epoch"
+# A failed job settled after its copy was lost with Redis's data leaves a
+# marker here, so a replay of that settle writes nothing more.
+SETTLED_PREFIX = "wurk:settled:"
+SETTLED_TTL = 86_400
 
 
 # Replica-confirmed pushes: one marker per pushed jid, so a push sent again
@@ -97,6 +132,29 @@ PUSHED_TTL = 3600
 
 def pushed(jid: str) -> str:
     return f"{PUSHED_PREFIX}{jid}"
+
+
+# Cancel requests for running jobs (``wurk.api.cancel``): a marker per jid,
+# value "1" or "kill", that the process running it reads each second. The
+# TTL outlives any wait for a busy process to notice; a marker left by a job
+# that ended meanwhile costs nothing.
+CANCEL_PREFIX = "wurk:cancel:"
+CANCEL_TTL = 3600
+
+
+def cancel(jid: str) -> str:
+    return f"{CANCEL_PREFIX}{jid}"
+
+
+# Plain pushes: one mark per connection, the count of pushes it wrote, so a
+# push whose reply was lost can be told landed or not (wurk.push.landing).
+PUSH_MARK_PREFIX = "wurk:pushmark:"
+# How long after a connection's last push a retry of it is still recognised.
+PUSH_MARK_TTL = 3600
+
+
+def push_mark(token: str) -> str:
+    return f"{PUSH_MARK_PREFIX}{token}"
 
 
 # Leader election (wurk.leader()): one lease STRING per election name and a
@@ -170,3 +228,16 @@ def limiter_bucket(name: str, epoch: int | None = None) -> str:
 def limiter_leaky(name: str) -> str:
     """A leaky bucket's HASH of ``level`` and ``last``."""
     return f"lmtr-l:{name}"
+
+
+# A clear in progress (``wurk.api.removal``): the queue or set is renamed to a
+# private key, drained a chunk at a time so each job's lock, batch count and
+# result land with its removal. This HASH maps each private key to the key it
+# was taken from, so a clear cut short (a killed CLI) is finished by the next.
+CLEARING = "wurk:clearing"
+CLEARING_PREFIX = "wurk:clearing:"
+CLEARING_TTL = 86_400  # a private key no clear comes back to goes after this
+
+
+def clearing(token: str) -> str:
+    return f"{CLEARING_PREFIX}{token}"

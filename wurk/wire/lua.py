@@ -65,9 +65,10 @@ return nil
 # finished job from its private list, retire its poison-pill counter and its
 # suspect mark), then move up to ``want`` jobs from the queues, in the order
 # given, skipping paused ones, into this process's private lists.
-# A suspect (a job recovered from a dead process, see RECOVER) runs alone, so
-# a crash while it runs is its own: it is taken only by a process whose
-# private lists are otherwise empty, and nothing is claimed beside it. A
+# A suspect (a job that was running when its process crashed, see
+# wurk.wire.recover_lua) runs alone, so a crash while it runs is its own: it
+# is taken only by a process whose private lists are otherwise empty, and
+# nothing is claimed beside it. A
 # suspect at the head of a queue stops a busy process's claim there.
 # A job that BRPOPLPUSH already moved ("landed") is checked the same way
 # first: kept, or, if it is a suspect and we hold others, pushed back to the
@@ -194,18 +195,21 @@ return moved
 # private list and, only if it was still there, write where the job goes
 # next (its retry entry, or its dead entry with Sidekiq's age and size trims)
 # and retire its poison-pill counter and its suspect mark (see RECOVER). A
-# copy that a stop already gave back,
-# or a replay of a settle that landed, finds nothing and writes nothing. With
-# no private list (basic fetch) it is just the write. The removal comes
-# first for a second reason: it counts as the script's first write, and
-# Redis lets a script that has written go on writing at maxmemory.
-# KEYS: the retry or dead set, the suspects set.
-# ARGV: private list or "", claimed payload, pill key or "", mode ("retry",
-#       "dead" or "drop"), score, entry, dead cutoff score, dead max jobs.
+# copy a stop or a recovery gave back, or a replay of a settle that landed,
+# writes nothing, unless the job's claim epoch is gone (wurk.wire.epoch): its
+# copy went with Redis's data, so the entry is written, once (the marker), and
+# the reply is 2. With no private list (basic fetch) it is just the write.
+# The removal comes first also because it counts as the script's first write,
+# which lets it go on writing at maxmemory.
+# KEYS: the retry or dead set, the suspects set, the epoch key.
+# ARGV: private list or "", claimed payload, pill key or "", mode, score,
+#       entry, dead cutoff, dead max jobs, claim epoch or "", marker, its TTL.
 SETTLE = Script(
     "settle",
     """
-if ARGV[1] ~= "" and redis.call("lrem", ARGV[1], -1, ARGV[2]) == 0 then return 0 end
+local gone = ARGV[1] ~= "" and redis.call("lrem", ARGV[1], -1, ARGV[2]) == 0
+if gone and (ARGV[9] == "" or redis.pcall("get", KEYS[3]) == ARGV[9]
+             or not redis.call("set", ARGV[10], 1, "NX", "EX", ARGV[11])) then return 0 end
 local mode = ARGV[4]
 if mode ~= "drop" then redis.call("zadd", KEYS[1], ARGV[5], ARGV[6]) end
 if mode == "dead" then
@@ -214,69 +218,7 @@ if mode == "dead" then
 end
 if ARGV[3] ~= "" then redis.call("del", ARGV[3]) end
 redis.call("zrem", KEYS[2], ARGV[2])
-return 1
-""",
-)
-
-# Recover a dead process's private lists. Every job goes back to the fetch
-# end of its queue (newest popped first, so the oldest ends nearest the fetch
-# end) and becomes a suspect (the suspects set, scored by recovery time), so
-# CLAIM runs it alone until it finishes once. Only a job that was alone in the
-# dead process's lists is to blame for the death: its poison-pill counter goes
-# up, and past ARGV[3] it goes to the dead set instead. Jobs that died beside
-# others are not counted; running alone next time tells them apart.
-# A live process releasing its own lists at a stop (ARGV[9] = "0") did not
-# die: its jobs go back unblamed and unsuspected.
-# KEYS: owners set, the identity's wip-queues set, dead set, queues set,
-#       suspects set.
-# ARGV: identity, private-list prefix, max recoveries, pill prefix, pill TTL
-#       (also the suspects' lifetime), now (score), dead cutoff score, dead
-#       max jobs, "1" if the owner died.
-RECOVER = Script(
-    "recover",
-    """
-local queues = redis.call("smembers", KEYS[2])
-local died = ARGV[9] == "1"
-local held = 0
-for _, q in ipairs(queues) do held = held + redis.call("llen", ARGV[2] .. q) end
-local function blame(job)
-  if held ~= 1 or not died then return 0 end
-  local ok, decoded = pcall(cjson.decode, job)
-  local jid = ok and type(decoded) == "table" and decoded["jid"]
-  if type(jid) ~= "string" then return 0 end
-  local count = redis.call("incr", ARGV[4] .. jid)
-  redis.call("expire", ARGV[4] .. jid, ARGV[5])
-  return count
-end
-local recovered, killed = 0, 0
-for _, q in ipairs(queues) do
-  local wip = ARGV[2] .. q
-  local job = redis.call("lpop", wip)
-  while job do
-    if blame(job) > tonumber(ARGV[3]) then
-      redis.call("zrem", KEYS[5], job)
-      redis.call("zadd", KEYS[3], ARGV[6], job)
-      redis.call("zremrangebyscore", KEYS[3], "-inf", ARGV[7])
-      redis.call("zremrangebyrank", KEYS[3], 0, -tonumber(ARGV[8]))
-      killed = killed + 1
-    else
-      redis.call("sadd", KEYS[4], q)
-      redis.call("rpush", "queue:" .. q, job)
-      if died then redis.call("zadd", KEYS[5], ARGV[6], job) end
-      recovered = recovered + 1
-    end
-    job = redis.call("lpop", wip)
-  end
-end
-if recovered > 0 then
-  -- Marks of suspects that left their queue some other way (a Ruby process
-  -- ran them, an admin deleted them) fade after the pill TTL.
-  redis.call("zremrangebyscore", KEYS[5], "-inf", tonumber(ARGV[6]) - tonumber(ARGV[5]))
-  redis.call("expire", KEYS[5], ARGV[5])
-end
-redis.call("del", KEYS[2])
-redis.call("srem", KEYS[1], ARGV[1])
-return {recovered, killed}
+return gone and 2 or 1
 """,
 )
 
@@ -351,7 +293,7 @@ return pushed
 """,
 )
 
-# Take the locks of unique jobs (wurk.push.unique), Sidekiq Enterprise's
+# Take the locks of unique jobs (wurk.unique.push), Sidekiq Enterprise's
 # ``unique:<digest>`` strings holding a jid, for a whole push or bulk batch in
 # order, so a duplicate within a batch meets its twin's lock. Granted when the
 # key is free or holds the job's own jid (a job pushed again, or this call

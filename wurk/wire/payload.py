@@ -8,7 +8,12 @@ writes them, so a payload Sidekiq re-dumps keeps the same bytes.
 Only real JSON is a payload: ``NaN``, ``Infinity`` and numbers that overflow
 a float (``1e400``) are refused when read, as is nesting too deep to decode,
 so such a job goes to ``dead`` as malformed at once instead of failing later
-when wurk writes it back.
+when wurk writes it back. So is a payload holding a lone surrogate (JSON's
+``"\\ud800"``, which Python's ``json.dumps`` writes for a surrogate-escaped
+filename): it decodes, but no retry, dead or result entry of it can be
+written as UTF-8. A client refuses to push one (:func:`check_text`). So is
+one marked ``"kwargs": true`` whose last argument is no object of keywords
+(:mod:`wurk.wire.keywords`).
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ import secrets
 import sys
 import time
 from typing import Any
+
+from wurk.core.validate import is_number
 
 
 class ArgumentError(TypeError):
@@ -137,14 +144,15 @@ _DECODER = json.JSONDecoder(parse_float=_finite_float, parse_constant=_not_json)
 
 
 def loads_job(raw: str | bytes) -> dict[str, Any]:
-    """Parse a queue entry. Raises PayloadError for anything that is not a job."""
+    """Parse a queue entry. Raises PayloadError for anything that is not a job
+    this process can run and write back."""
     try:
         if isinstance(raw, str):
             text = raw
         elif raw[:1] == b"{" and raw[1:2] != b"\x00":  # UTF-8: every payload a client writes
-            text = raw.decode("utf-8", "surrogatepass")
+            text = raw.decode("utf-8")
         else:  # what json.loads accepts too: a BOM, UTF-16 or UTF-32
-            text = raw.decode(json.detect_encoding(raw), "surrogatepass")
+            text = raw.decode(json.detect_encoding(raw))
         job = _DECODER.decode(text)
     except (ValueError, UnicodeDecodeError) as exc:
         raise PayloadError(f"not JSON: {exc}") from None
@@ -154,11 +162,48 @@ def loads_job(raw: str | bytes) -> dict[str, Any]:
         raise PayloadError(f"not a JSON object: {type(job).__name__}")
     if not isinstance(job.get("class"), str) or not isinstance(job.get("args"), list):
         raise PayloadError("missing a string 'class' or a list 'args'")
+    # Only an escape can bring in a surrogate (the bytes were strict UTF-8),
+    # and "\\ud" is rare in payloads: a plain one pays two substring searches.
+    if ("\\ud" in text or "\\uD" in text or not isinstance(raw, bytes)) \
+            and (where := unwritable_field(job)) is not None:
+        raise PayloadError(f"not writable as UTF-8: {where} holds a lone surrogate")
     return job
 
 
+def writable(text: str) -> bool:
+    """Whether ``text`` can be written as UTF-8 (it holds no lone surrogate)."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def unwritable_field(job: dict[str, Any]) -> str | None:
+    """The first field of ``job`` (``'args'``, or ``a key`` itself) that
+    cannot be written as UTF-8, or None when the whole job can."""
+    for key, value in job.items():
+        if not writable(key):
+            return f"a key {key!r:.60}"
+        try:
+            if not writable(compact_json(value)):
+                return f"field {key!r:.60}"
+        except (ValueError, TypeError, RecursionError):
+            return f"field {key!r:.60}"
+    return None
+
+
+def check_text(value: str, where: str) -> None:
+    """Refuse a string no worker could write back: one holding a lone surrogate."""
+    if not writable(value):
+        raise ArgumentError(f"{where} {value!r:.80} holds a lone surrogate, which UTF-8 "
+                            "cannot carry (a surrogate-escaped file name? decode it first)")
+
+
 # Exact types that need no look inside: most arguments, skipped without a call.
-_PLAIN = frozenset({str, bool, type(None)})
+_PLAIN = frozenset({bool, type(None)})
 
 
 def check_args(args: Any, where: str = "args") -> None:
@@ -166,7 +211,11 @@ def check_args(args: Any, where: str = "args") -> None:
     if isinstance(args, list):
         _check_items(args, where)
         return
-    if args is None or isinstance(args, bool | str):
+    if isinstance(args, str):
+        if not args.isascii():
+            check_text(args, where)
+        return
+    if args is None or isinstance(args, bool):
         return
     if isinstance(args, int):
         _check_int(args, where)
@@ -176,10 +225,7 @@ def check_args(args: Any, where: str = "args") -> None:
             raise ArgumentError(f"{where} is {args!r}, which JSON cannot carry")
         return
     if isinstance(args, dict):
-        for key, value in args.items():
-            if not isinstance(key, str):
-                raise ArgumentError(f"{where} has a non-string key {key!r}")
-            check_args(value, f"{where}[{key!r}]")
+        _check_dict(args, where)
         return
     raise ArgumentError(
         f"{where} is a {type(args).__name__} ({args!r:.60}); job arguments must be "
@@ -187,10 +233,22 @@ def check_args(args: Any, where: str = "args") -> None:
     )
 
 
+def _check_dict(args: dict[Any, Any], where: str) -> None:
+    for key, value in args.items():
+        if not isinstance(key, str):
+            raise ArgumentError(f"{where} has a non-string key {key!r}")
+        if not key.isascii():
+            check_text(key, f"{where} key")
+        check_args(value, f"{where}[{key!r}]")
+
+
 def _check_items(items: list[Any], where: str) -> None:
     for i, item in enumerate(items):
         kind = type(item)
-        if kind is int:
+        if kind is str:
+            if not item.isascii():
+                check_text(item, f"{where}[{i}]")
+        elif kind is int:
             if item.bit_length() > _SAFE_INT_BITS:
                 _check_int(item, f"{where}[{i}]")
         elif kind not in _PLAIN:
@@ -226,14 +284,16 @@ def to_seconds(value: Any) -> float | None:
     A bare integer small enough to be seconds (before the year 2100 as
     seconds, i.e. under 4.1e9) is taken as seconds, for hand-written data.
     """
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if not is_number(value):
         return None
     try:
-        if isinstance(value, int) and value > 4_102_444_800:
-            return value / 1000.0
-        return float(value)
+        seconds = value / 1000.0 if isinstance(value, int) and value > 4_102_444_800 \
+            else float(value)
     except OverflowError:  # an integer beyond any float: no time at all
         return None
+    # Python's json reads Infinity and NaN: no time either, and no reader's
+    # arithmetic (a latency, a duration) may meet one.
+    return seconds if math.isfinite(seconds) else None
 
 
 def score(seconds: float) -> str:

@@ -28,6 +28,8 @@ import zlib
 from collections.abc import Callable
 from typing import Any
 
+from wurk.core.validate import is_count, is_whole
+
 # A heavy job's cProfile dump is a few MB; these leave room and stop abuse.
 MAX_STORED_BYTES = 64 * 1024 * 1024
 MAX_PROFILE_BYTES = 256 * 1024 * 1024
@@ -89,20 +91,16 @@ def _check_callers(callers: dict[Any, Any]) -> None:
 
 def _check_function(func: Any) -> None:
     ok = (isinstance(func, tuple) and len(func) == 3 and isinstance(func[0], str)
-          and _is_int(func[1]) and isinstance(func[2], str))
+          and is_whole(func[1]) and isinstance(func[2], str))
     if not ok:
         raise ProfileDataError("its data names a function other than as (file, line, name)")
 
 
 def _check_numbers(numbers: tuple[Any, ...]) -> None:
-    counts_ok = all(_is_int(n) and n >= 0 for n in numbers[:2])
+    counts_ok = all(is_count(n) for n in numbers[:2])
     times_ok = all(isinstance(t, int | float) and math.isfinite(t) for t in numbers[2:])
     if not (counts_ok and times_ok):
         raise ProfileDataError("its data has counts or times that are not numbers")
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 class _Reader:

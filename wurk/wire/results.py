@@ -26,7 +26,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from wurk.redis.connection import Conn
+from wurk.core.validate import is_number, is_whole
 from wurk.wire.lua import Script
 from wurk.wire.payload import ArgumentError, check_args, dumps
 
@@ -56,7 +56,7 @@ def ttl_of(payload: dict[str, Any]) -> int:
     (a string, true, NaN) still gets one, kept for the default TTL.
     """
     value = payload.get(TTL)
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if not is_number(value):
         return DEFAULT_TTL
     if isinstance(value, float) and not math.isfinite(value):
         return DEFAULT_TTL
@@ -133,7 +133,7 @@ def parse(jid: str, raw: bytes | str) -> Outcome:
     finished_at = float(finished) if isinstance(finished, int | float) else 0.0
     job_class = data.get("class") if isinstance(data.get("class"), str) else ""
     count = data.get("retry_count")
-    retry_count = count if isinstance(count, int) and not isinstance(count, bool) else None
+    retry_count = count if is_whole(count) else None
     if data["status"] == SUCCESS:
         return Outcome(jid, SUCCESS, data.get("value"), job_class=str(job_class),
                        retry_count=retry_count, finished_at=finished_at)
@@ -163,5 +163,7 @@ return 1
 )
 
 
-def store(conn: Conn, jid: str, record: str, ttl: int, final: bool) -> None:
-    STORE.run(conn, [key(jid), ready_key(jid)], [record, ttl, "1" if final else "0"])
+def store_args(jid: str, record: str, ttl: int, final: bool) -> tuple[list[str], list[Any]]:
+    """STORE's keys and arguments for one record."""
+    return [key(jid), ready_key(jid)], [record, ttl, "1" if final else "0"]
+

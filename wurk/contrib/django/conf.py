@@ -18,6 +18,7 @@ Duties:
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -105,20 +106,26 @@ def on_commit_alias() -> tuple[bool, str]:
                       f"({', '.join(sorted(settings.DATABASES))}), got {value!r}")
 
 
-def add_hooks(config: Config) -> None:
-    """Give ``config`` settings.WURK's hooks and Django's middleware, each once."""
+def add_hooks(config: Config) -> Config | None:
+    """Give ``config`` settings.WURK's hooks and Django's middleware, each once.
+
+    The hook lists grow in place; a single hook the config lacks (Config is
+    frozen) comes back in a copy for ``configure`` to install instead.
+    """
     automatic, alias = on_commit_alias()
     given = hooks()
+    singles = {}
     for name, value in given.items():
         if HOOK_NAMES[name]:
             _extend(getattr(config, name), value)
         elif getattr(config, name) is None:
-            setattr(config, name, value)
+            singles[name] = value
     # Outermost, so a push deferred to the commit runs the rest of the chain once.
     deferring = transactions.OnCommit(alias, automatic=automatic)
     if deferring not in config.client_middleware:
         config.client_middleware.insert(0, deferring)
     _extend(config.server_middleware, [connections.fresh_connections])
+    return dataclasses.replace(config, **singles) if singles else None
 
 
 def _extend(chain: list[Any], items: list[Any]) -> None:

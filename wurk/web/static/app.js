@@ -5,9 +5,11 @@
   var body = document.body;
   var base = body.dataset.base || "";
 
-  // A form with data-confirm asks before it is sent.
+  // A form, or the button that sent it, with data-confirm asks before it is sent.
   document.addEventListener("submit", function (event) {
-    var message = event.target.dataset && event.target.dataset.confirm;
+    var button = event.submitter;
+    var message = (button && button.dataset && button.dataset.confirm) ||
+      (event.target.dataset && event.target.dataset.confirm);
     if (message && !window.confirm(message)) { event.preventDefault(); }
   });
 

@@ -57,7 +57,7 @@ class Command(BaseCommand):
             config = conf.build_config(**flag_values(argparse.Namespace(**options)))
         except ConfigError as exc:
             raise CommandError(str(exc), returncode=wurk_cli.EX_CONFIG) from None
-        configure(config)
+        config = configure(config)
         wlog.setup(config.log_level, config.log_format)
         try:
             load_modules(config.require)

@@ -1,0 +1,1 @@
+"""Tests written with wurk's testing mode (docs/how-to/testing.md): ``pytest examples/testing``."""
