@@ -16,9 +16,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+import pytest_timeout
 import redis
 import structlog
 from faultproxy import FaultProxy
+from waiting import PATIENCE
 
 import wurk
 from wurk.core import logging as wlog
@@ -31,6 +33,19 @@ from wurk.settings.config import Config
 # The shared helper modules assert on behalf of the tests that call them:
 # pytest rewrites those asserts too, so a failure shows its values.
 pytest.register_assert_rewrite("admin_cli", "cli_workers", "fetching", "pools", "swarms")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_timeout_set_timer(item: pytest.Item, settings: Any) -> object:
+    """Stretch every test's hang guard by the suite's patience, as every wait is.
+
+    A guard that does not stretch with the waits it surrounds fires on a
+    loaded machine while each wait is still within its own deadline.
+    """
+    if not settings.timeout or PATIENCE == 1:
+        return None
+    stretched = settings._replace(timeout=settings.timeout * PATIENCE)
+    return pytest_timeout.pytest_timeout_set_timer(item, stretched)
 
 
 def free_port() -> int:
