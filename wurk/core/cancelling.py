@@ -15,10 +15,11 @@ __all__ = ["CURRENT", "Flag", "cancelled"]
 
 
 class Flag:
-    """One run's cancel request: set once, by the process's cancel watcher.
+    """A run's cancel request, set by the process's cancel watcher.
 
-    A plain attribute, not an Event: every run makes one, and a cancel is rare.
-    Setting it from another thread is one store, which a reader sees at once."""
+    A worker thread keeps one for all its runs (cleared as each begins); an
+    asyncio run has its own. A plain attribute, not an Event: a cancel is rare,
+    and setting it from another thread is one store, which a reader sees at once."""
 
     __slots__ = ("_set",)
 
@@ -27,6 +28,9 @@ class Flag:
 
     def set(self) -> None:
         self._set = True
+
+    def clear(self) -> None:
+        self._set = False
 
     def is_set(self) -> bool:
         return self._set

@@ -5,21 +5,25 @@ in Redis; no signal crosses a host. The process running that jid finds it
 within :data:`POLL` seconds and stops the job.
 
 Duties:
-1. :class:`CancelStep`, a step of every job: around its run (``around`` on a
-   thread, ``around_async`` as a task) it records which thread or task runs
-   which jid and sets the run's :class:`~wurk.core.cancelling.Flag` in
-   ``wurk.core.cancelling.CURRENT`` (what ``wurk.cancelled()`` and a class
-   job's ``self.cancelled`` read).
+1. :class:`CancelStep`, a step of every job: around its run it records
+   which thread or task runs which jid. A worker thread has one
+   :class:`Lane`, made at its first run and reused by every later one, so a
+   threaded run allocates nothing for cancel; an asyncio run has a
+   :class:`Target`. Each carries the :class:`~wurk.core.cancelling.Flag` in
+   ``wurk.core.cancelling.CURRENT`` that ``wurk.cancelled()`` and a class
+   job's ``self.cancelled`` read.
 2. :meth:`CancelStep.cancel`: set the flag, then raise
    :class:`~wurk.core.job_errors.JobCancelled` in the job's thread at its next
    bytecode (as the job timer raises JobTimeout: ``job_timer.raise_in``), or
    cancel the task the thread waits on (``event_loop.cancel``), or, for a
    native asyncio job, its own task (its CancelledError is turned into
    JobCancelled here, unless a stop took the job). Once per run, and never
-   into the next job: the run's end is marked under the same lock, and a
-   JobCancelled still pending then is taken and dropped (or becomes the
-   run's failure: it did run until cancelled). The lifecycle settles a
-   JobCancelled as the "cancelled" ending (``wurk.runtime.lifecycle``).
+   into the next job: a lane's run begins and ends under the lock the cancel
+   fires under, and a JobCancelled still pending at the end is taken and
+   dropped (or becomes the run's failure: it did run until cancelled); a
+   task's cancel is made on its loop, where the run's end is marked. The
+   lifecycle settles a JobCancelled as the "cancelled" ending
+   (``wurk.runtime.lifecycle``).
 3. :class:`CancelWatch`: a thread that, while the process runs any job,
    reads the markers of the jids it runs (one MGET each :data:`POLL`
    seconds) and cancels those found. A marker of "kill" also calls
@@ -35,6 +39,7 @@ import contextlib
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from wurk.core.cancelling import CURRENT, Flag
@@ -58,19 +63,54 @@ _PENDING: Any = object()
 
 @dataclass(eq=False, slots=True)
 class Target:
-    """One run that may be cancelled: where it runs, and how far its cancel got."""
+    """One asyncio task's run that may be cancelled, and how far its cancel got."""
 
     jid: str
-    tid: int
     slot: str
     work: UnitOfWork
+    task: asyncio.Task[Any] | None
+    loop: asyncio.AbstractEventLoop
     flag: Flag = field(default_factory=Flag)
-    task: asyncio.Task[Any] | None = None
-    loop: asyncio.AbstractEventLoop | None = None
     fired: bool = False
+    # Set on the task's loop as the run ends: a cancel that gets there later is dropped.
     done: bool = False
+
+
+@dataclass(eq=False, slots=True)
+class Lane:
+    """A worker thread's runs, one at a time: made at its first run and reused,
+    so a run on a thread allocates nothing for its cancel.
+
+    ``jid`` is set while a run is on the lane and None between runs; both
+    changes and a cancel's firing take ``lock``, so a cancel fires into the
+    run it was meant for or into none."""
+
+    tid: int
+    flag: Flag = field(default_factory=Flag)
+    jid: str | None = None
+    slot: str = ""
+    work: UnitOfWork | None = None
+    fired: bool = False
     # The plain lock: a JobCancelled landing in a Python-level __exit__ could leave it held.
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def begin(self, run: Run, jid: str) -> None:
+        with self.lock:
+            self.jid, self.slot, self.work = jid, run.slot, run.work
+            self.fired = False
+            self.flag.clear()
+
+    def end(self) -> None:
+        """The run is over: no cancel fires into this lane until the next begins;
+        a JobCancelled fired before and still pending lands here, and is dropped."""
+        with self.lock:
+            if self.jid is None:
+                return
+            self.jid = self.work = None
+            fired = self.fired
+        if fired:
+            with contextlib.suppress(JobCancelled):
+                _landing()
 
 
 def _landing() -> None:
@@ -82,35 +122,36 @@ class CancelStep(Step):
     every_job = True
 
     def __init__(self) -> None:
-        # Each run by its target's id: one dict store and one pop a run (each
-        # atomic), no lock the threads share; the watch reads a copy.
-        self._running: dict[int, Target] = {}
+        # Threads' lanes by thread id, and asyncio runs by their target's id;
+        # the watch reads copies (a dict store and pop are each atomic).
+        self._lanes: dict[int, Lane] = {}
+        self._tasks: dict[int, Target] = {}
 
     # -- the job's side ---------------------------------------------------------
     def around(self, run: Run, call: Call) -> Call:
-        jid = run.jid
-        if jid is None:
+        if run.jid is None:
             return call
+        return partial(self._on_lane, run, call)
 
-        def cancellable() -> Any:
-            target = Target(jid, threading.get_ident(), run.slot, run.work)
-            token = CURRENT.set(target.flag)
-            outcome = _PENDING
+    def _on_lane(self, run: Run, call: Call) -> Any:
+        tid = threading.get_ident()
+        lane = self._lanes.get(tid)
+        if lane is None or lane.tid != tid:
+            lane = self._lanes[tid] = Lane(tid)
+        if CURRENT.get() is not lane.flag:
+            CURRENT.set(lane.flag)  # once per thread: its runs share the lane's flag
+        outcome = _PENDING
+        try:
             try:
-                try:
-                    self._add(target)
-                    outcome = call()
-                finally:
-                    self._end(target)
-            except JobCancelled as late:
-                # Delivered as the run ended: still the run's failure, never ours.
-                self._end(target)
-                return late if outcome is _PENDING else outcome
+                lane.begin(run, run.jid)  # type: ignore[arg-type]  # around checked it
+                outcome = call()
             finally:
-                CURRENT.reset(token)
-            return outcome
-
-        return cancellable
+                lane.end()
+        except JobCancelled as late:
+            # Delivered as the run ended: still the run's failure, never ours.
+            lane.end()
+            return late if outcome is _PENDING else outcome
+        return outcome
 
     def around_async(self, run: Run, call: AsyncCall) -> AsyncCall:
         jid = run.jid
@@ -119,10 +160,10 @@ class CancelStep(Step):
 
         async def cancellable() -> Any:
             task = asyncio.current_task()
-            target = Target(jid, threading.get_ident(), run.slot, run.work, task=task,
-                            loop=asyncio.get_running_loop())
+            target = Target(jid, run.slot, run.work, task, asyncio.get_running_loop())
             token = CURRENT.set(target.flag)
-            self._add(target)
+            key = id(target)
+            self._tasks[key] = target
             try:
                 return await call()
             except asyncio.CancelledError:
@@ -132,52 +173,54 @@ class CancelStep(Step):
                     task.uncancel()
                 raise JobCancelled() from None
             finally:
-                self._end(target)
+                target.done = True
+                self._tasks.pop(key, None)
                 CURRENT.reset(token)
 
         return cancellable
 
-    def _add(self, target: Target) -> None:
-        self._running[id(target)] = target
-
-    def _end(self, target: Target) -> None:
-        with target.lock:
-            if target.done:
-                return
-            target.done = True
-            fired = target.fired and target.task is None
-        self._running.pop(id(target), None)
-        if fired:
-            with contextlib.suppress(JobCancelled):
-                _landing()
-
     # -- the watch's side ---------------------------------------------------------
-    def targets(self, jid: str) -> list[Target]:
-        return [t for t in list(self._running.values()) if t.jid == jid]
+    def runs_of(self, jid: str) -> list[tuple[str, UnitOfWork]]:
+        """The slot and unit of work of each run of ``jid`` here now."""
+        found = [(t.slot, t.work) for t in list(self._tasks.values()) if t.jid == jid]
+        for lane in list(self._lanes.values()):
+            with lane.lock:  # the slot and the work of one run, not of two
+                if lane.jid == jid and lane.work is not None:
+                    found.append((lane.slot, lane.work))
+        return found
 
     def running_jids(self) -> list[str]:
-        return list(dict.fromkeys(t.jid for t in list(self._running.values())))
+        jids = [lane.jid for lane in list(self._lanes.values()) if lane.jid is not None]
+        jids.extend(t.jid for t in list(self._tasks.values()))
+        return list(dict.fromkeys(jids))
 
     def cancel(self, jid: str) -> int:
         """Cancel every run of ``jid`` here not yet cancelled; how many were."""
         fired = 0
-        for target in self.targets(jid):
-            with target.lock:
-                if target.fired or target.done:
+        for lane in list(self._lanes.values()):
+            with lane.lock:  # never after the run's end, never into the next run
+                if lane.jid != jid or lane.fired:
                     continue
-                target.fired = True
-                target.flag.set()
-                self._fire(target)
+                lane.fired = True
+                lane.flag.set()
+                if not event_loop.cancel(lane.tid, JobCancelled):
+                    raise_in(lane.tid, JobCancelled)
+            fired += 1
+        for target in list(self._tasks.values()):
+            if target.jid != jid or target.fired:
+                continue
+            target.fired = True
+            target.flag.set()
+            with contextlib.suppress(RuntimeError):  # its loop closed: the task went with it
+                target.loop.call_soon_threadsafe(_cancel_task, target)
             fired += 1
         return fired
 
-    def _fire(self, target: Target) -> None:
-        """Under the run's lock, so never after the run's end."""
-        if target.task is not None and target.loop is not None:
-            with contextlib.suppress(RuntimeError):  # its loop closed: the task went with it
-                target.loop.call_soon_threadsafe(target.task.cancel)
-        elif not event_loop.cancel(target.tid, JobCancelled):
-            raise_in(target.tid, JobCancelled)
+
+def _cancel_task(target: Target) -> None:
+    """On the task's loop, where the run's end is marked: never into what the task does next."""
+    if not target.done and target.task is not None:
+        target.task.cancel()
 
 
 class CancelWatch:

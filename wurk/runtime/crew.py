@@ -85,11 +85,11 @@ class Crew:
         from their threads as the job timer takes a job past its hard limit
         (whatever they come back with is dropped); True if one was taken: the
         caller recycles the process."""
-        taken = [t for t in self.cancels.targets(jid)
-                 if self.in_flight.take_over(t.slot, t.work) is not None]
-        for target in taken:
+        taken = [work for slot, work in self.cancels.runs_of(jid)
+                 if self.in_flight.take_over(slot, work) is not None]
+        for work in taken:
             threading.Thread(target=self.lifecycle.overran, name="wurk-cancel-kill", daemon=True,
-                             args=(target.work, JobCancelled("cancelled by a person (--kill)"),
+                             args=(work, JobCancelled("cancelled by a person (--kill)"),
                                    self.timer.service.wait)).start()
         return bool(taken)
 
