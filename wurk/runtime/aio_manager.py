@@ -50,7 +50,7 @@ from wurk.core import threads
 from wurk.core.logging import get_logger
 from wurk.runtime import event_loop
 from wurk.runtime.aio_processor import AsyncProcessor, Settle
-from wurk.runtime.crew import Crew
+from wurk.runtime.crew import CrewDriver
 from wurk.runtime.manager import ERROR_PAUSE, Manager
 from wurk.runtime.reliable_fetch import ReliableFetch
 from wurk.settings.config import ASYNCIO_FEEDERS
@@ -81,16 +81,10 @@ def make_manager(config: Config, plan: QueuePlan, registry: Registry,
     return Manager(config, plan, registry, identity, runtime=runtime)
 
 
-class AsyncManager:
+class AsyncManager(CrewDriver):
     def __init__(self, config: Config, plan: QueuePlan, registry: Registry,
                  identity: str, *, runtime: Runtime | None = None) -> None:
-        crew = self.crew = Crew(config, plan, registry, identity, runtime=runtime)
-        # The crew's parts, named here as the launcher and the heartbeat use them.
-        self.config, self.runtime, self.fetch = crew.config, crew.runtime, crew.fetch
-        self.counters, self.in_flight, self.retry = crew.counters, crew.in_flight, crew.retry
-        self.timer, self.lifecycle, self.processor = crew.timer, crew.lifecycle, crew.processor
-        self._quiet, self._threads = crew.quiet_flag, crew.threads
-        self.cancels = crew.cancels
+        super().__init__(config, plan, registry, identity, runtime=runtime)
         self.tasks = AsyncProcessor(self.lifecycle, self.processor)
         self._places = Places(config.concurrency)
         self._lock = threading.Lock()
@@ -116,17 +110,6 @@ class AsyncManager:
         for index in range(min(self.config.concurrency, FEEDERS)):
             self._threads.append(threads.start("feeder", self._feed, stopped=self._quiet.is_set,
                                                name=f"wurk-feeder-{index}"))
-
-    @property
-    def quieting(self) -> bool:
-        return self.crew.quieting
-
-    def kill(self, jid: str) -> bool:
-        """``wurk cancel --kill`` (see :meth:`Crew.kill`)."""
-        return self.crew.kill(jid)
-
-    def quiet(self) -> None:
-        self.crew.quiet()
 
     def running(self) -> int:
         """Jobs handed to the loop and not yet settled."""

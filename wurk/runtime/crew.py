@@ -3,7 +3,8 @@
 The threads :class:`~wurk.runtime.manager.Manager` and the asyncio
 :class:`~wurk.runtime.aio_manager.AsyncManager` each own one :class:`Crew`
 and drive it their own way (processor threads; feeder threads and an event
-loop); neither is built from the other.
+loop); both are a :class:`CrewDriver`, which holds the crew and names its
+parts, and neither is built from the other.
 
 Duties:
 1. Build, from a config and the process's runtime, the parts a worker's jobs
@@ -152,3 +153,28 @@ class Crew:
         for thread in self.threads:
             if thread.native_id is not None and wlog.base36(thread.native_id) not in running:
                 thread.join(max(0.0, limit - time.monotonic()))
+
+
+class CrewDriver:
+    """What both managers share: the crew they drive, its parts under the names
+    the launcher and the heartbeat use, and the verbs that are the crew's own."""
+
+    def __init__(self, config: Config, plan: QueuePlan, registry: Registry,
+                 identity: str, *, runtime: Runtime | None = None) -> None:
+        crew = self.crew = Crew(config, plan, registry, identity, runtime=runtime)
+        self.config, self.runtime, self.fetch = crew.config, crew.runtime, crew.fetch
+        self.counters, self.in_flight, self.retry = crew.counters, crew.in_flight, crew.retry
+        self.timer, self.lifecycle, self.processor = crew.timer, crew.lifecycle, crew.processor
+        self.cancels = crew.cancels
+        self._quiet, self._threads = crew.quiet_flag, crew.threads
+
+    @property
+    def quieting(self) -> bool:
+        return self.crew.quieting
+
+    def quiet(self) -> None:
+        self.crew.quiet()
+
+    def kill(self, jid: str) -> bool:
+        """``wurk cancel --kill`` (see :meth:`Crew.kill`)."""
+        return self.crew.kill(jid)

@@ -26,14 +26,10 @@ from wurk.core import logging as wlog
 from wurk.core import threads
 from wurk.core.logging import get_logger
 from wurk.runtime import event_loop
-from wurk.runtime.crew import Crew
+from wurk.runtime.crew import CrewDriver
 
 if TYPE_CHECKING:
-    from wurk.push.job import Registry
-    from wurk.redis.runtime import Runtime
     from wurk.runtime.work import UnitOfWork
-    from wurk.settings.config import Config
-    from wurk.settings.queues import QueuePlan
 
 log = get_logger("wurk.manager")
 # After a fetch or a processor failed outside a job: no spin if it keeps failing.
@@ -42,34 +38,13 @@ ERROR_PAUSE = 1.0
 UNWIND_SECONDS = 1.0
 
 
-class Manager:
-    def __init__(self, config: Config, plan: QueuePlan, registry: Registry,
-                 identity: str, *, runtime: Runtime | None = None) -> None:
-        crew = self.crew = Crew(config, plan, registry, identity, runtime=runtime)
-        # The crew's parts, named here as the launcher and the heartbeat use them.
-        self.config, self.runtime, self.fetch = crew.config, crew.runtime, crew.fetch
-        self.counters, self.in_flight, self.retry = crew.counters, crew.in_flight, crew.retry
-        self.timer, self.lifecycle, self.processor = crew.timer, crew.lifecycle, crew.processor
-        self._quiet, self._threads = crew.quiet_flag, crew.threads
-        self.cancels = crew.cancels
-
-    def kill(self, jid: str) -> bool:
-        """``wurk cancel --kill`` (see :meth:`Crew.kill`)."""
-        return self.crew.kill(jid)
-
+class Manager(CrewDriver):
     def start(self) -> None:
         self.fetch.start()
         for index in range(self.config.concurrency):
             self._threads.append(threads.start("processor", self._work_loop,
                                                stopped=self._quiet.is_set,
                                                name=f"wurk-processor-{index}"))
-
-    @property
-    def quieting(self) -> bool:
-        return self.crew.quieting
-
-    def quiet(self) -> None:
-        self.crew.quiet()
 
     def _work_loop(self) -> None:
         # Base 36 of the native thread id: unique in this process, short, and
