@@ -29,6 +29,7 @@ from wurk.push.aclient import AsyncClient
 from wurk.push.client import Client
 from wurk.push.options import JobOptions, make_options
 from wurk.push.prepare import epoch_seconds
+from wurk.push.time_options import aware_epoch
 from wurk.wire import keywords
 from wurk.wire.payload import ArgumentError
 
@@ -151,10 +152,7 @@ _NO_KEYWORDS: Mapping[str, Any] = {}
 
 def _epoch(when: float | datetime) -> float:
     if isinstance(when, datetime):
-        if when.tzinfo is None or when.utcoffset() is None:
-            raise ArgumentError(f"perform_at needs a timezone-aware datetime, got naive {when!r} "
-                                "(use datetime.now(UTC) or .replace(tzinfo=...))")
-        return when.timestamp()
+        return aware_epoch("perform_at", when, ArgumentError)
     if not is_number(when):
         raise ArgumentError(f"perform_at needs epoch seconds or an aware datetime, got {when!r}")
     return epoch_seconds(when, "perform_at's time")

@@ -42,13 +42,18 @@ def duration(name: str, value: Any) -> float:
     return seconds
 
 
+def aware_epoch(name: str, value: datetime, error: type[Exception] = ValueError) -> float:
+    """Epoch seconds of a timezone-aware datetime; ``error`` for a naive one."""
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise error(f"{name} needs a timezone-aware datetime, got naive {value!r} "
+                    "(use datetime.now(UTC) or .replace(tzinfo=...))")
+    return value.timestamp()
+
+
 def moment(name: str, value: Any) -> float:
     """Epoch seconds from an epoch number or a timezone-aware datetime."""
     if isinstance(value, datetime):
-        if value.tzinfo is None or value.utcoffset() is None:
-            raise ValueError(f"{name} needs a timezone-aware datetime, got naive {value!r} "
-                             "(use datetime.now(UTC) or .replace(tzinfo=...))")
-        return value.timestamp()
+        return aware_epoch(name, value)
     if not is_number(value):
         raise TypeError(f"{name} must be epoch seconds or an aware datetime, got {value!r}")
     epoch = float(value)
