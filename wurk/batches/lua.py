@@ -78,6 +78,26 @@ local function insane(bid, only)
   return nil
 end
 
+-- CMD KEY with the items FROM..TO of LIST, a thousand per call (under Lua's stack limit)
+local function each(cmd, key, list, from, to)
+  local done = 0
+  for i = from, to, 1000 do
+    done = done + redis.call(cmd, key, unpack(list, i, math.min(i + 999, to)))
+  end
+  return done
+end
+
+-- count JIDS into BID (already checked): how many were new
+local function count(bid, jids)
+  local added = each("sadd", k(bid, "jids"), jids, 1, #jids)
+  if added > 0 then
+    redis.call("hincrby", k(bid), "total", added)
+    redis.call("hincrby", k(bid), "pending", added)
+  end
+  redis.call("hset", k(bid), "updated_at", stamp)
+  return added
+end
+
 -- give a set of the batch the hash's remaining time to live
 local function keep(bid, key)
   local ttl = redis.call("ttl", k(bid))
@@ -297,14 +317,9 @@ end
 if redis.call("exists", k(bid, "success")) == 1 then
   return redis.error_reply("WURKBATCH batch " .. bid .. " already succeeded: no jobs can join it")
 end
-local added = 0
-for i = 3, #ARGV do added = added + redis.call("sadd", k(bid, "jids"), ARGV[i]) end
-if added > 0 then
-  redis.call("hincrby", k(bid), "total", added)
-  redis.call("hincrby", k(bid), "pending", added)
-end
-redis.call("hset", k(bid), "updated_at", stamp)
-return added
+local jids = {}
+for i = 3, #ARGV do jids[#jids + 1] = ARGV[i] end
+return count(bid, jids)
 """)
 
 # Uncount jobs that were counted but not written, or drop a builder's hold.

@@ -32,25 +32,6 @@ from wurk.wire import keys
 
 _WRITE = """
 local SCHEDULE = "%(schedule)s"
--- CMD KEY with the items FROM..TO of LIST, a thousand per call (under Lua's stack limit)
-local function each(cmd, key, list, from, to)
-  local done = 0
-  for i = from, to, 1000 do
-    done = done + redis.call(cmd, key, unpack(list, i, math.min(i + 999, to)))
-  end
-  return done
-end
-
--- count JIDS into BID (already checked): how many were new
-local function count(bid, jids)
-  local added = each("sadd", k(bid, "jids"), jids, 1, #jids)
-  if added > 0 then
-    redis.call("hincrby", k(bid), "total", added)
-    redis.call("hincrby", k(bid), "pending", added)
-  end
-  redis.call("hset", k(bid), "updated_at", stamp)
-  return added
-end
 
 -- nil when the keys the write tail from index I touches take its writes, else why not:
 -- checked before anything is written, since a script's earlier writes are not undone
