@@ -21,6 +21,7 @@ from waiting import wait_for
 
 import wurk
 import wurk.web
+from wurk.admin import spool as admin_spool
 from wurk.api.removal import discard_spooled
 from wurk.cli import main
 from wurk.core.backoff import Backoff
@@ -29,7 +30,7 @@ from wurk.push.client import Client
 from wurk.redis.runtime import close_runtime, runtime_for
 from wurk.settings.config import Config
 from wurk.unique.keys import lock_key
-from wurk.wire import keys
+from wurk.wire import keys, results
 
 pytestmark = pytest.mark.timeout(90)
 keep_logging = admin_cli.keep_logging
@@ -161,3 +162,31 @@ def test_a_file_whose_redis_cannot_be_told_is_kept_for_a_later_discard(
     assert code == 1 and path.name in err
     [left] = spool.spool_files(path.parent)
     assert left.path == path and left.state == "waiting"  # given back under its own name
+
+
+def spooled_result(n: int) -> tuple[spool.SpoolEntry, str]:
+    """A spool line of a job that asked for its result."""
+    jid = os.urandom(12).hex()
+    job = json.dumps({"class": "Kept", "args": [n], "queue": "default", "jid": jid,
+                      "result_ttl": 600, "created_at": time.time()})
+    return spool.SpoolEntry(os.urandom(8).hex(), jid, "default", None, job), jid
+
+
+def test_a_spooled_job_that_ran_after_its_marker_expired_keeps_its_result(
+        config: Config, r: redis.Redis) -> None:
+    ran, ran_jid = spooled_result(1)
+    lost, lost_jid = spooled_result(2)
+    # The first push landed and its job ran: its record is its own, and its
+    # push marker has expired (more than PUSHED_TTL went by), so nothing here
+    # says the push landed.
+    own = json.dumps({"status": "success", "value": 42, "final": True})
+    r.set(results.key(ran_jid), own, ex=600)
+    path = spool.write_spool(spool.spool_dir(config), spool.target_of(config), [ran, lost])
+    [name] = spool.spool_files(spool.spool_dir(config))
+    held = spool.claim(name)
+    assert held is not None
+    admin_spool.discard_file(runtime_for(config), held)
+    assert not path.exists()
+    assert r.get(results.key(ran_jid)) == own
+    record = json.loads(r.get(results.key(lost_jid)))
+    assert record["status"] == "failed" and record["error"]["final"]

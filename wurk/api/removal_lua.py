@@ -42,7 +42,9 @@ from wurk.wire.lua import Script
 # a queue) the source key is the push markers' prefix and each member is the
 # nonce of the job's push: a job whose push landed has a marker (and sits in
 # its queue, holding what it took), so it is left; one without is ended, and
-# marked, so its push, or this call replayed, finds it done.
+# marked, so its push, or this call replayed, finds it done. A marker lives
+# keys.PUSHED_TTL: past it, a job whose push landed and that already ran
+# keeps the result record it wrote.
 # Replies a list: 1 for each member this call removed (or ended), else 0.
 HEAD = 12
 GROUP = 9
@@ -71,6 +73,9 @@ local function ended(lock, jid, bid, info, rkey, ready, record, ttl)
     redis.call("del", lock)
   end
   if bid ~= "" and not insane(bid, WORKER_KEYS) then job_failed(bid, jid, info, "1") end
+  -- A spooled job with a record ran after all (its push landed, its marker
+  -- since expired): its own record stands.
+  if record ~= "" and kind == "spool" and redis.call("exists", rkey) == 1 then record = "" end
   if record ~= "" then  -- as result_store writes a final record
     redis.call("del", ready)
     redis.call("set", rkey, record, "EX", ttl)
