@@ -339,10 +339,7 @@ def test_a_waiter_rides_out_a_redis_restart(own_redis: RedisServer) -> None:
         assert got == ["after"]
     finally:
         restarted.stop()
-        close_runtime(cfg)
-        wait_pool = push_results._wait_pools.pop(id(cfg), None)
-        if wait_pool is not None:
-            wait_pool.close()
+        close_runtime(cfg)  # its wait pool too
 
 
 def test_more_waiters_than_wait_connections_all_get_it(

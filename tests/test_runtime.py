@@ -177,3 +177,21 @@ def test_a_child_forked_while_a_runtime_was_being_built_can_build_its_own(
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(statuses[0]) == 0
+
+
+def test_blocking_waits_have_a_pool_of_their_own_that_closes_with_the_runtime(
+        config: Config, r: redis.Redis) -> None:
+    cfg = dataclasses.replace(config)
+    runtime = runtime_for(cfg)
+    waits = runtime.wait_pool()
+    assert waits is runtime.wait_pool() and waits is not runtime.pool
+    assert waits.size == runtimes.WAIT_CONNECTIONS
+    name = f"waits-{os.getpid()}"
+    waits.call("CLIENT", "SETNAME", name)
+
+    def named() -> bool:
+        return any(c.get("name") == name for c in r.client_list())
+
+    assert named()
+    close_runtime(cfg)
+    wait_for(lambda: not named(), what="the wait pool's connection closed")

@@ -37,7 +37,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-import threading
 import time
 import weakref
 from collections.abc import AsyncIterator, Callable
@@ -47,9 +46,8 @@ from typing import TYPE_CHECKING, Any
 from wurk.core.validate import is_number
 from wurk.redis.apool import AsyncRedisPool
 from wurk.redis.policy import trouble_backoff
-from wurk.redis.pool import RedisPool
 from wurk.redis.replay import pool_settings
-from wurk.redis.runtime import runtime_for
+from wurk.redis.runtime import WAIT_CONNECTIONS, runtime_for
 from wurk.redis.wait import waiting_helps
 from wurk.settings.config import default_config
 from wurk.wire import results
@@ -61,15 +59,12 @@ if TYPE_CHECKING:
 __all__ = ["CorruptResultError", "JobFailed", "Outcome", "ResultTimeout", "apeek", "aresult",
            "await_outcome", "peek", "result", "wait"]
 
-WAIT_CONNECTIONS = 64
 # One block's longest wait: the deadline is rechecked and a lost server noticed this often.
 MAX_BLOCK = 5.0
 STALE_TOKEN_PAUSE = 0.1
 # The testing mode's results (``wurk.testing``): while set, outcomes are read
 # from it, never from Redis, and a wait does not wait (nothing runs meanwhile).
 stand_in: Callable[[str], Outcome | None] | None = None
-_wait_pools: dict[int, RedisPool] = {}
-_pools_lock = threading.Lock()
 # Per event loop, per config while waits are under way; only that loop's
 # coroutines touch them (no lock).
 _async_waits_by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop,
@@ -276,7 +271,7 @@ def _block(config: Config, jid: str, seconds: float) -> bool:
     if stand_in is not None:
         raise ResultTimeout(jid, 0.0, stand_in(jid))  # testing mode: nothing runs meanwhile
     command, timeout = _block_command(config, jid, seconds)
-    woke = _wait_pool(config).run(lambda c: c.call(*command, timeout=timeout),
+    woke = runtime_for(config).wait_pool().run(lambda c: c.call(*command, timeout=timeout),
                                   idempotent=True)
     return woke is not None
 
@@ -285,19 +280,6 @@ async def _ablock(pool: AsyncRedisPool, config: Config, jid: str, seconds: float
     command, timeout = _block_command(config, jid, seconds)
     woke = await pool.run(lambda c: c.call(*command, timeout=timeout), idempotent=True)
     return woke is not None
-
-
-def _wait_pool(config: Config) -> RedisPool:
-    pool = _wait_pools.get(id(config))
-    if pool is None:
-        with _pools_lock:
-            pool = _wait_pools.get(id(config))
-            if pool is None:
-                pool = RedisPool.from_config(config)
-                pool.size = WAIT_CONNECTIONS
-                _wait_pools[id(config)] = pool
-                weakref.finalize(config, _wait_pools.pop, id(config), None)
-    return pool
 
 
 @contextlib.asynccontextmanager

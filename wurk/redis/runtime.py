@@ -2,7 +2,8 @@
 
 A :class:`~wurk.settings.config.Config` holds values and is frozen; a
 :class:`Runtime` holds the live state those values give: the Redis pool, the
-asyncio pools (one per event loop, built there on first use) and the clock.
+asyncio pools (one per event loop, built there on first use), the pool of
+blocking waits, and the clock.
 It sits at the Redis layer so the push side, the admin API and the worker
 can all be handed one.
 
@@ -46,7 +47,11 @@ if TYPE_CHECKING:
     from wurk.redis.apool import AsyncRedisPool
     from wurk.settings.config import Config
 
-__all__ = ["Runtime", "close_runtime", "forget_after_fork", "handed", "runtime_for"]
+__all__ = ["WAIT_CONNECTIONS", "Runtime", "close_runtime", "forget_after_fork", "handed",
+           "runtime_for"]
+
+# A process's blocking waits (results) per config: each holds a connection while it waits.
+WAIT_CONNECTIONS = 64
 
 
 class Runtime:
@@ -57,10 +62,26 @@ class Runtime:
         self.config = config
         self.pool = pool if pool is not None else RedisPool.from_config(config)
         self.clock = clock
+        self._waits: RedisPool | None = None
+        self._waits_lock = threading.Lock()
         # Loop -> its pool: an asyncio pool's connections belong to one loop.
         self._apools: weakref.WeakKeyDictionary[Any, AsyncRedisPool] = (
             weakref.WeakKeyDictionary())
         _live.add(self)
+
+    def wait_pool(self) -> RedisPool:
+        """The pool blocking waits use (a result's BLPOP), built on first use:
+        apart from :attr:`pool`, so waits under way never take the connections
+        pushes and jobs need. :data:`WAIT_CONNECTIONS` at the most."""
+        made = self._waits
+        if made is None:
+            with self._waits_lock:
+                made = self._waits
+                if made is None:
+                    made = RedisPool.from_config(self.config)
+                    made.size = WAIT_CONNECTIONS
+                    self._waits = made
+        return made
 
     def apool(self) -> AsyncRedisPool:
         """The running event loop's asyncio pool for this config, built there on first use."""
@@ -80,11 +101,16 @@ class Runtime:
         return list(self._apools.values())
 
     def close(self) -> None:
-        """Close the idle sync connections; the pool stays usable and dials again."""
+        """Close the idle sync connections; the pools stay usable and dial again."""
         self.pool.close()
+        if self._waits is not None:
+            self._waits.close()
 
     def after_fork_in_child(self) -> None:
         self.pool.after_fork_in_child()
+        if self._waits is not None:
+            self._waits.after_fork_in_child()
+        self._waits_lock = threading.Lock()
         self._apools = weakref.WeakKeyDictionary()
 
     def __repr__(self) -> str:
