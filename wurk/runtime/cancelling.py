@@ -81,9 +81,11 @@ class Lane:
     """A worker thread's runs, one at a time: made at its first run and reused,
     so a run on a thread allocates nothing for its cancel.
 
-    ``jid`` is set while a run is on the lane and None between runs; both
-    changes and a cancel's firing take ``lock``, so a cancel fires into the
-    run it was meant for or into none."""
+    ``jid`` is set while a run is on the lane and None between runs. A run's
+    end and a cancel's firing take ``lock``, so a cancel fires into the run it
+    was meant for or into none; a begin needs no lock, as it comes after an
+    end, and it sets ``jid`` last, so a watch that sees the new jid sees the
+    new run's ``fired`` too."""
 
     tid: int
     flag: Flag = field(default_factory=Flag)
@@ -95,10 +97,10 @@ class Lane:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def begin(self, run: Run, jid: str) -> None:
-        with self.lock:
-            self.jid, self.slot, self.work = jid, run.slot, run.work
-            self.fired = False
-            self.flag.clear()
+        self.fired = False
+        self.flag.clear()
+        self.slot, self.work = run.slot, run.work
+        self.jid = jid
 
     def end(self) -> None:
         """The run is over: no cancel fires into this lane until the next begins;
