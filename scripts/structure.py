@@ -49,10 +49,11 @@ LAYERS: list[tuple[str, ...]] = [
     ("wurk.contrib",),
 ]
 # Feature packages, each a slice through the layers (see the docstring).
-FEATURE_PACKAGES = ("wurk.batches", "wurk.unique", "wurk.workflows", "wurk.expiry")
+FEATURE_PACKAGES = ("wurk.batches", "wurk.unique", "wurk.workflows", "wurk.expiry",
+                    "wurk.results")
 # A feature module's part, by name, and the plumbing layer it takes.
 PARTS = {
-    "keys": "wurk.wire", "lua": "wurk.wire",
+    "keys": "wurk.wire", "lua": "wurk.wire", "records": "wurk.wire",
     "push": "wurk.push", "client": "wurk.push", "spec": "wurk.push", "status": "wurk.push",
     "step": "wurk.runtime",
     "api": "wurk.api",
@@ -69,10 +70,10 @@ LIMITS = {"wurk": 400, "supervisor": 400, "tests": 600}
 # feature: a feature joins as a step registered in wurk.runtime.steps.
 SKELETON = ("wurk.runtime.lifecycle", "wurk.runtime.processor", "wurk.runtime.aio_processor")
 FEATURES = (
-    *FEATURE_PACKAGES, "wurk.runtime.steps", "wurk.runtime.results",
+    *FEATURE_PACKAGES, "wurk.runtime.steps",
     "wurk.runtime.time_limit_step", "wurk.runtime.job_timer", "wurk.runtime.cancelling",
     "wurk.runtime.task_limits", "wurk.runtime.observing", "wurk.runtime.overlimit",
-    "wurk.observe", "wurk.limiter", "wurk.push.results", "wurk.wire.results",
+    "wurk.observe", "wurk.limiter",
 )
 
 

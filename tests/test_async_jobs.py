@@ -31,7 +31,7 @@ from waiting import wait_for
 import wurk
 from wurk.cli import EX_OVERRAN
 from wurk.push.job import JobFunction
-from wurk.push.results import result as wurk_result
+from wurk.results.client import result as wurk_result
 from wurk.runtime import event_loop
 from wurk.runtime.launcher import Launcher
 from wurk.runtime.middleware import current_job

@@ -18,7 +18,7 @@ from admin_cli import Cli
 import wurk
 from wurk.api import JobNotFoundError, cancel
 from wurk.push.client import Client
-from wurk.push.results import Outcome, wait
+from wurk.results.client import Outcome, wait
 from wurk.settings.config import Config
 from wurk.unique.keys import lock_key
 from wurk.wire import keys

@@ -28,7 +28,7 @@ import wurk
 import wurk.web
 from wurk.api import cancel
 from wurk.push.client import Client
-from wurk.push.results import wait
+from wurk.results.client import wait
 from wurk.runtime.launcher import Launcher
 from wurk.settings.config import Config
 from wurk.unique.keys import lock_key

@@ -26,8 +26,8 @@ import wurk
 from wurk.batches import keys as batch_keys
 from wurk.batches.lua import FAILED, SUCCEEDED
 from wurk.push.job import JobFunction
+from wurk.results import records as results_wire
 from wurk.settings.config import Config
-from wurk.wire import results as results_wire
 from wurk.workflows import keys as wf_wire
 
 Define = Callable[..., JobFunction[..., Any]]

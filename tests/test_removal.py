@@ -25,8 +25,8 @@ from wurk.api import DeadSet, Queue, RetrySet, ScheduledSet
 from wurk.api import removal as removal_module
 from wurk.batches import step as runtime_batch
 from wurk.push.client import Client
-from wurk.push.results import Outcome, wait
 from wurk.redis.runtime import runtime_for
+from wurk.results.client import Outcome, wait
 from wurk.runtime.retry import kill as kill_raw
 from wurk.settings.config import Config
 from wurk.unique.keys import lock_key

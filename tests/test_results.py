@@ -1,4 +1,4 @@
-"""Job results (wurk.push.results, wurk.runtime.results): stored when asked for,
+"""Job results (wurk.results.client, wurk.results.step): stored when asked for,
 waited on without polling, with in-process workers on a real redis-server."""
 
 from __future__ import annotations
@@ -18,16 +18,16 @@ from tuning import tuned
 from waiting import wait_for
 
 import wurk
-from wurk.push import results as push_results
 from wurk.push.options import make_options
-from wurk.push.results import JobFailed, ResultTimeout, peek, wait
 from wurk.redis.runtime import close_runtime
-from wurk.runtime import results as worker_results
+from wurk.results import client as push_results
+from wurk.results import records as wire
+from wurk.results import step as worker_results
+from wurk.results.client import JobFailed, ResultTimeout, peek, wait
+from wurk.results.records import CorruptResultError
 from wurk.runtime.launcher import Launcher
 from wurk.settings.config import Config
-from wurk.wire import results as wire
 from wurk.wire.lua import Script
-from wurk.wire.results import CorruptResultError
 
 Define = Callable[..., Any]
 Launch = Callable[..., Launcher]

@@ -19,8 +19,10 @@ from conftest import RedisServer, start_redis
 
 import wurk
 from wurk.api import Queue
-from wurk.push import results as push_results
-from wurk.push.results import (
+from wurk.redis.runtime import close_runtime
+from wurk.results import client as push_results
+from wurk.results import records as wire
+from wurk.results.client import (
     Block,
     JobFailed,
     ResultTimeout,
@@ -28,11 +30,9 @@ from wurk.push.results import (
     apeek,
     await_outcome,
 )
-from wurk.redis.runtime import close_runtime
+from wurk.results.records import CorruptResultError, Outcome
 from wurk.runtime.launcher import Launcher
 from wurk.settings.config import Config
-from wurk.wire import results as wire
-from wurk.wire.results import CorruptResultError, Outcome
 
 Define = Callable[..., Any]
 Launch = Callable[..., Launcher]

@@ -22,12 +22,12 @@ from waiting import EVENTUALLY, wait_for
 
 import wurk
 from wurk.push.client import Client
-from wurk.push.results import JobFailed, peek
 from wurk.redis.runtime import runtime_for
+from wurk.results import records as wire
+from wurk.results.client import JobFailed, peek
 from wurk.runtime.reaper import recover
 from wurk.settings.config import Config
 from wurk.wire import keys
-from wurk.wire import results as wire
 
 launch = swarms.launch
 

@@ -28,9 +28,10 @@ from wurk.core.backoff import Backoff
 from wurk.push import buffered, spool
 from wurk.push.client import Client
 from wurk.redis.runtime import close_runtime, runtime_for
+from wurk.results import records as results
 from wurk.settings.config import Config
 from wurk.unique.keys import lock_key
-from wurk.wire import keys, results
+from wurk.wire import keys
 
 pytestmark = pytest.mark.timeout(90)
 keep_logging = admin_cli.keep_logging

@@ -26,8 +26,8 @@ import wurk.testing
 from wurk.push.client import Client
 from wurk.push.periodic import make_entry
 from wurk.push.periodic import table as periodic_table
-from wurk.push.results import apeek
 from wurk.redis.runtime import close_runtime
+from wurk.results.client import apeek
 from wurk.settings.config import Config, default_config
 from wurk.testing import mode as testing_mode
 

@@ -34,8 +34,8 @@ from supervisor.children import Child
 from supervisor.topology import parse
 from wurk.cli import EX_OVERRAN
 from wurk.push.job import JobFunction
-from wurk.push.results import peek
 from wurk.redis.runtime import close_runtime, runtime_for
+from wurk.results.client import peek
 from wurk.runtime.embedded import Embedded
 from wurk.runtime.launcher import Launcher
 from wurk.settings.config import Config

@@ -23,7 +23,7 @@ from wurk.push.job import Job, JobFunction, UnknownJobError, job, registry
 from wurk.push.landing import PushOutcomeUnknown
 from wurk.push.nowhere import PushSpooledWarning
 from wurk.push.periodic import PeriodicError, periodic
-from wurk.push.results import JobFailed, ResultTimeout, aresult, result
+from wurk.results.client import JobFailed, ResultTimeout, aresult, result
 from wurk.runtime import forking  # noqa: F401 - registers the after-fork resets
 from wurk.settings.config import Config, ConfigError, configure, default_config
 from wurk.unique.push import UniqueKeyError

@@ -40,8 +40,9 @@ from wurk.batches import keys as batch
 from wurk.batches.step import failure_info
 from wurk.core.job_errors import JobCancelled
 from wurk.redis.runtime import Runtime
+from wurk.results import records as results
 from wurk.unique import keys as unique
-from wurk.wire import keys, results
+from wurk.wire import keys
 from wurk.wire.payload import parse_item, score, writable
 
 # Members per script: a few milliseconds of Redis time, a bounded reply.

@@ -91,8 +91,7 @@ end
 local function count(bid, jids)
   local added = each("sadd", k(bid, "jids"), jids, 1, #jids)
   if added > 0 then
-    redis.call("hincrby", k(bid), "total", added)
-    redis.call("hincrby", k(bid), "pending", added)
+    redis.call("hincrby", k(bid), "total", added); redis.call("hincrby", k(bid), "pending", added)
   end
   redis.call("hset", k(bid), "updated_at", stamp)
   return added

@@ -20,8 +20,8 @@ from typing import Any
 from wurk.core.validate import is_count, is_whole
 from wurk.observe.profiler import DEFAULT_TOKEN
 from wurk.push import time_options
+from wurk.results import records as results
 from wurk.unique import push as unique
-from wurk.wire import results
 
 # Options that travel in the payload when set (Sidekiq's sidekiq_options).
 PAYLOAD_OPTIONS = ("queue", "retry", "backtrace", "dead", "retry_queue", "tags", "retry_for",
@@ -53,7 +53,7 @@ class JobOptions:
     timeout: float | None = None
     hard_timeout: float | None = None
     deadline: float | None = None
-    # Job results (wurk.push.results): sent as "result_ttl" (seconds) when on.
+    # Job results (wurk.results.client): sent as "result_ttl" (seconds) when on.
     store_result: bool = False
     result_ttl: int | None = None
     # This push's jid (as ``client.push({"jid": ...})``): to push again a job

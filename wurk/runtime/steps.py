@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING
 from wurk.batches.step import BatchStep
 from wurk.expiry.step import ExpiryStep
 from wurk.observe import metrics
+from wurk.results.step import ResultsStep
 from wurk.runtime.cancelling import CancelStep
 from wurk.runtime.observing import ClassMetricsStep, MetricsStep, ProfileStep
 from wurk.runtime.overlimit import OverLimitStep
-from wurk.runtime.results import ResultsStep
 from wurk.runtime.time_limit_step import TimeLimitStep
 from wurk.unique.step import UniqueStep
 

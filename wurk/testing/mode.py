@@ -22,16 +22,16 @@ from datetime import datetime
 from typing import Any, cast
 
 from wurk.core.job_errors import JobExpiredError
-from wurk.push import results
 from wurk.push.aclient import AsyncClient
 from wurk.push.client import Client
 from wurk.push.periodic import PeriodicEntry
 from wurk.push.periodic import table as periodic_table
+from wurk.results import client as results
+from wurk.results.records import Outcome
 from wurk.settings.config import Config, default_config, when_configured
 from wurk.testing.box import Box, FakeJob, job_name
 from wurk.testing.client import MemoryAsyncClient, MemoryClient
 from wurk.testing.runner import Ran, Runner
-from wurk.wire.results import Outcome
 
 # A drain that runs this many jobs is taken for a job that pushes itself forever.
 MAX_RUNS = 10_000

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from wurk.expiry.step import ExpiryStep
 from wurk.push.job import registry
+from wurk.results import records as results
 from wurk.runtime.inflight import Counters, InFlightTable
 from wurk.runtime.lifecycle.skeleton import Lifecycle
 from wurk.runtime.lifecycle.step import SKIPPED, Ending, Run, Step
@@ -36,7 +37,6 @@ from wurk.runtime.retry import RetryHandler, exception_message
 from wurk.runtime.work import Sender, Settlement, UnitOfWork
 from wurk.testing.box import FakeJob
 from wurk.unique import keys as unique
-from wurk.wire import results
 
 if TYPE_CHECKING:
     from wurk.runtime.lifecycle.writes import Write

@@ -52,7 +52,7 @@ from wurk.core.validate import is_whole
 from wurk.push.client import Client
 from wurk.push.job import job, registry
 from wurk.push.prepare import Prepared, as_push
-from wurk.wire import results as results_wire
+from wurk.results import records as results_wire
 from wurk.wire.lua import Script
 from wurk.wire.payload import dumps, new_jid
 from wurk.workflows import keys

@@ -18,7 +18,7 @@ from typing import Any
 
 from wurk.core.validate import is_whole
 from wurk.push.client import Client
-from wurk.wire import results as results_wire
+from wurk.results import records as results_wire
 from wurk.wire.payload import dumps, new_jid
 from wurk.workflows import keys
 from wurk.workflows.spec import WorkflowError, successors

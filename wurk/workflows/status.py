@@ -19,7 +19,7 @@ from typing import Any
 
 from wurk.core.validate import is_text
 from wurk.push.client import Client
-from wurk.wire import results as results_wire
+from wurk.results import records as results_wire
 from wurk.workflows import keys
 from wurk.workflows.spec import WorkflowError, load, pairs, successors, text
 

@@ -1,7 +1,7 @@
 """Job results, worker side: keep what a job returned or how it failed.
 
 A step on the job's lifecycle (:class:`ResultsStep`), called in only by a
-payload that carries ``result_ttl`` (:mod:`wurk.wire.results`); any other
+payload that carries ``result_ttl`` (:mod:`wurk.results.records`); any other
 job never meets it.
 
 Duties:
@@ -41,11 +41,11 @@ from wurk.core.logging import get_logger
 from wurk.core.threads import describe
 from wurk.redis.policy import redis_trouble
 from wurk.redis.wait import waiting_helps
+from wurk.results import records as results
+from wurk.results.records import TTL
 from wurk.runtime.lifecycle.step import SKIPPED, Ending, Run, Step
 from wurk.runtime.lifecycle.writes import Write
 from wurk.runtime.retry import exception_message
-from wurk.wire import results
-from wurk.wire.results import TTL
 
 if TYPE_CHECKING:
     pass

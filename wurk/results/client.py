@@ -2,7 +2,7 @@
 and what they raise.
 
 A job pushed with ``store_result=True`` leaves its outcome under its jid
-(:mod:`wurk.wire.results`); this is the reading side, usable from any
+(:mod:`wurk.results.records`); this is the reading side, usable from any
 process (a web request, a script, a job or a workflow step on a worker).
 
 Duties:
@@ -12,7 +12,7 @@ Duties:
    token in place, so any number of waiters (threads or processes) wake on
    the one write, and a waiter that comes after the job ended finds the
    record at once (it reads the record before it blocks). Returns the
-   :class:`~wurk.wire.results.Outcome`, success or failure alike.
+   :class:`~wurk.results.records.Outcome`, success or failure alike.
 3. :func:`result`: :func:`wait`, then the value, or :class:`JobFailed`.
    :func:`apeek`, :func:`await_outcome` and :func:`aresult` are the same for
    async code, on an asyncio pool: the decisions are one
@@ -49,9 +49,9 @@ from wurk.redis.policy import trouble_backoff
 from wurk.redis.replay import pool_settings
 from wurk.redis.runtime import WAIT_CONNECTIONS, runtime_for
 from wurk.redis.wait import waiting_helps
+from wurk.results import records as results
+from wurk.results.records import CorruptResultError, Outcome
 from wurk.settings.config import default_config
-from wurk.wire import results
-from wurk.wire.results import CorruptResultError, Outcome
 
 if TYPE_CHECKING:
     from wurk.settings.config import Config
