@@ -13,8 +13,9 @@ Duties:
 4. ``JobArgs[P]``: one job's arguments for ``perform_bulk``, built by the
    job's ``args(...)`` so the type checker sees them too.
 
-The time a verb takes (``seconds``, ``when``) is positional-only, so a job
-may have a parameter of that name and still take it by keyword.
+The time a verb takes (``seconds``, ``when``) and the verbs' own ``self``
+are positional-only, so a job may have a parameter of that name and still
+take it by keyword.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ class JobArgs(Generic[P]):
 
     __slots__ = ("args", "kwargs")
 
-    def __init__(self, *args: P.args, **kwargs: P.kwargs) -> None:
+    def __init__(self, /, *args: P.args, **kwargs: P.kwargs) -> None:
         self.args: tuple[Any, ...] = args
         self.kwargs: dict[str, Any] = kwargs
 
@@ -83,11 +84,11 @@ class Enqueuer(Generic[P]):
                                 "not per push")
         return Enqueuer(self.name, make_options(self.options, **options), client or self._client)
 
-    def args(self, *args: P.args, **kwargs: P.kwargs) -> JobArgs[P]:
+    def args(self, /, *args: P.args, **kwargs: P.kwargs) -> JobArgs[P]:
         """One job's arguments for :meth:`perform_bulk`, checked by the type checker."""
         return JobArgs(*args, **kwargs)
 
-    def perform_async(self, *args: P.args, **kwargs: P.kwargs) -> str | None:
+    def perform_async(self, /, *args: P.args, **kwargs: P.kwargs) -> str | None:
         return self._target().push(self._item(args, kwargs))
 
     def perform_in(self, seconds: float, /, *args: P.args, **kwargs: P.kwargs) -> str | None:
@@ -105,7 +106,7 @@ class Enqueuer(Generic[P]):
         return self._target().push_bulk(self._bulk_item(args))
 
     # The same verbs for async code, awaited on the running loop's AsyncClient.
-    async def aperform_async(self, *args: P.args, **kwargs: P.kwargs) -> str | None:
+    async def aperform_async(self, /, *args: P.args, **kwargs: P.kwargs) -> str | None:
         return await self._atarget().push(self._item(args, kwargs))
 
     async def aperform_in(self, seconds: float, /, *args: P.args,

@@ -123,7 +123,7 @@ class JobFunction(Enqueuer[P], Generic[P, R]):
         self.__wrapped__ = fn
         self.__doc__ = fn.__doc__
 
-    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+    def __call__(self, /, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.fn(*args, **kwargs)
 
 
@@ -249,12 +249,13 @@ class Job:
         return enqueuer.set(**options)
 
     @classmethod
-    def args(cls: type[_Performs[P]], *args: P.args, **kwargs: P.kwargs) -> JobArgs[P]:
+    def args(cls: type[_Performs[P]], /, *args: P.args, **kwargs: P.kwargs) -> JobArgs[P]:
         """One job's arguments for :meth:`perform_bulk`, checked by the type checker."""
         return JobArgs(*args, **kwargs)
 
     @classmethod
-    def perform_async(cls: type[_Performs[P]], *args: P.args, **kwargs: P.kwargs) -> str | None:
+    def perform_async(cls: type[_Performs[P]], /, *args: P.args,
+                      **kwargs: P.kwargs) -> str | None:
         return _declared(cls).enqueuer().perform_async(*args, **kwargs)
 
     @classmethod
@@ -273,7 +274,7 @@ class Job:
         return _declared(cls).enqueuer().perform_bulk(args)
 
     @classmethod
-    async def aperform_async(cls: type[_Performs[P]], *args: P.args,
+    async def aperform_async(cls: type[_Performs[P]], /, *args: P.args,
                              **kwargs: P.kwargs) -> str | None:
         return await _declared(cls).enqueuer().aperform_async(*args, **kwargs)
 
