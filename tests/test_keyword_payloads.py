@@ -17,6 +17,7 @@ payload another client wrote ends in exactly one clear place.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
@@ -46,6 +47,7 @@ Define = Callable[..., JobFunction[..., Any]]
 redis_server = module_redis_server  # this module's own server: exact counts below
 QUEUE = "kwq"
 RAN = "kw:ran"
+GATHER = "kw:gathered"
 
 # -- strategies ---------------------------------------------------------------------------------
 scalars = (st.none() | st.booleans() | st.integers() | st.integers(-10**30, 10**30)
@@ -186,6 +188,31 @@ async def strict_async(a: Any, b: Any = None) -> None:
     received([a, b], {})
 
 
+def gathered(everyone: int) -> bool:
+    """Count this job in; whether all ``everyone`` jobs are running now."""
+    pool = wurk.Client.default().pool
+    pool.call("INCR", GATHER)
+    return int(pool.call("GET", GATHER) or 0) >= everyone
+
+
+def gather_job(n: int, *, everyone: int) -> None:
+    met = gathered(everyone)
+    deadline = time.monotonic() + 20
+    while not met and time.monotonic() < deadline:
+        time.sleep(0.02)
+        met = int(wurk.Client.default().pool.call("GET", GATHER) or 0) >= everyone
+    received([n], {"met": met})
+
+
+async def gather_async(n: int, *, everyone: int) -> None:
+    met = gathered(everyone)
+    deadline = time.monotonic() + 20
+    while not met and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+        met = int(wurk.Client.default().pool.call("GET", GATHER) or 0) >= everyone
+    received([n], {"met": met})
+
+
 ODD_KEYS = {"1x": 1, "": 2, "a-b": 3, "__class__": 4, "null": 5, "true": 6, "0": 7, " ": 8,
             "é-\u00a0": 9, "a.b": {"x": [1]}}
 MANY = {f"k{n}": n for n in range(20_000)}
@@ -298,9 +325,14 @@ def test_every_hostile_keyword_payload_ends_in_exactly_one_clear_place(
             [found] = [e for raw, e in dead.items() if jid.encode() in raw]
             assert found.error_class == outcome[1], shown
             assert outcome[2] in (found.error_message or ""), (shown, found.error_message)
-    # The processors are all still there: a plain job behind them runs.
-    jid = jobs["open"].perform_async("after", k=1)
-    wait_for(lambda: jid in runs(r), 30, what="a job pushed after the hostile ones")
+    # Every processor is still there: as many jobs as the concurrency, each
+    # waiting for all the others to start, all run.
+    gather = define(gather_async if asynchronous else gather_job, queue=QUEUE, retry=False)
+    after = [gather.perform_async(n, everyone=config.concurrency)
+             for n in range(config.concurrency)]
+    got = wait_for(lambda: set(after) <= set(runs(r)) and runs(r), 60,
+                   what="a job per processor, run together after the hostile ones")
+    assert [got[jid][0]["kwargs"]["met"] for jid in after] == [True] * len(after)
 
 
 # -- 3. Ruby Sidekiq's trailing hash ------------------------------------------------------------
@@ -365,3 +397,4 @@ def test_a_keyword_named_self_or_cls_reaches_the_job(
             {"self": "a"}, {"self": "b", "cls": "c"}, {"cls": "d"}, {"cls": "e"}]
     finally:
         registry.discard(Named.wurk_name)
+
