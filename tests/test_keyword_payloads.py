@@ -35,10 +35,12 @@ from waiting import wait_for
 import wurk
 from wurk import registry
 from wurk.api import DeadSet
+from wurk.api.records import JobRecord
 from wurk.push.job import JobFunction
 from wurk.runtime.launcher import Launcher
 from wurk.runtime.middleware import current_job
 from wurk.settings.config import Config
+from wurk.web.present import args_text
 from wurk.wire import keys, keywords
 from wurk.wire.payload import loads_job
 
@@ -398,3 +400,10 @@ def test_a_keyword_named_self_or_cls_reaches_the_job(
     finally:
         registry.discard(Named.wurk_name)
 
+
+def test_the_dashboard_shows_a_key_that_is_no_python_name_as_python_passes_it(
+        config: Config) -> None:
+    payload = {"class": "x", "queue": QUEUE, "jid": "j" * 24, "kwargs": True,
+               "args": [1, {"a=1, b": 2, "c": 3, "": 4}]}
+    shown = args_text(JobRecord(json.dumps(payload), config=config))
+    assert shown == '1, c=3, **{"a=1, b": 2, "": 4}'

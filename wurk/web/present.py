@@ -97,8 +97,14 @@ def args_text(record: JobRecord) -> str:
     a keyword push's keywords as ``name=value`` (:mod:`wurk.wire.keywords`)."""
     args = record.display_args
     if keywords.marked(record.item) and args and isinstance(args[-1], dict):
+        named = args[-1]
+        # Another client's key that is no Python name ("a=1, b", "") is shown
+        # as Python passes it, in **{...}, so it cannot pass for other keywords.
+        odd = {name: value for name, value in named.items() if not name.isidentifier()}
         return ", ".join([*(to_json(arg) for arg in args[:-1]),
-                          *(f"{name}={to_json(value)}" for name, value in args[-1].items())])
+                          *(f"{name}={to_json(value)}" for name, value in named.items()
+                            if name not in odd),
+                          *([f"**{to_json(odd)}"] if odd else [])])
     return ", ".join(to_json(arg) for arg in args)
 
 
