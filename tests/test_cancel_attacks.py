@@ -143,6 +143,34 @@ def test_the_cli_cancel_says_one_line_while_redis_is_down(own_redis: RedisServer
     assert len(lines) == 1 and lines[0].startswith("wurk: "), done.stderr
 
 
+# -- 1b. a job that began since its process's last heartbeat --------------------------
+
+
+def test_a_job_started_since_the_last_heartbeat_is_found_running(
+        config: Config, r: redis.Redis, define: Callable[..., Any],
+        launch_with: Callable[..., Launcher]) -> None:
+    """At the default heartbeat (5 s) the work hash lags a job's start by seconds;
+    cancel must not say "no job" of a job it is about to stop."""
+    started = threading.Event()
+
+    def looping(n: int) -> None:
+        started.set()
+        for _ in range(1200):
+            time.sleep(0.05)
+
+    job = define(looping)
+    slow_beat = dataclasses.replace(config, heartbeat_interval=5.0)
+    with capture_logs() as logs:
+        launcher = launch_with(slow_beat)
+        wait_for(lambda: r.sismember("processes", launcher.identity), what="the first beat")
+        jid = push(config, job.name, 1)
+        assert started.wait(EVENTUALLY)
+        found = cancel(jid, config=config)
+        wait_for(lambda: events(logs, "job.cancelled"), what="job.cancelled")
+    assert (found.state, found.where) == ("running", launcher.identity)
+    assert events(logs, "job.cancelled") == [jid]
+
+
 # -- 2. a slow, then cut, link between the worker and Redis ------------------------
 
 
