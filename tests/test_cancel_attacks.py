@@ -171,6 +171,36 @@ def test_a_job_started_since_the_last_heartbeat_is_found_running(
     assert events(logs, "job.cancelled") == [jid]
 
 
+def test_kill_after_a_plain_cancel_still_takes_a_job_stuck_in_c(
+        config: Config, r: redis.Redis, define: Callable[..., Any],
+        launch_with: Callable[..., Launcher]) -> None:
+    """A person cancels, sees the job go on (stuck in C), then cancels with --kill."""
+    release = threading.Event()
+
+    def stuck(n: int) -> None:
+        r.rpush("started", n)
+        release.wait(120)  # one C-level wait: no exception lands inside it
+
+    job = define(stuck)
+    launcher = launch_with(dataclasses.replace(config, shutdown_timeout=1.0))
+    try:
+        with capture_logs() as logs:
+            jid = push(config, job.name, 1)
+            wait_for(lambda: r.llen("started"), what="the job started")
+            wait_for(lambda: running_here(config, jid), what="the job in its work")
+            assert cancel(jid, config=config).state == "running"
+            wait_for(lambda: events(logs, "job.cancelling"), what="the plain cancel fired")
+            assert cancel(jid, kill=True, config=config).state == "running"
+            wait_for(lambda: events(logs, "job.cancelled"), what="the job settled by the kill")
+            wait_for(launcher.stopped.is_set, what="the process recycled")
+        assert events(logs, "job.cancelled") == [jid]
+        assert [e["reason"] for e in logs if e["event"] == "launcher.recycling"] == [
+            "cancel_kill"]
+        assert r.llen("queue:default") == 0 and r.zcard(keys.RETRY) == 0
+    finally:
+        release.set()
+
+
 # -- 2. a slow, then cut, link between the worker and Redis ------------------------
 
 
