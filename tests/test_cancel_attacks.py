@@ -11,6 +11,7 @@ tests/faultproxy.py.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import random
@@ -311,26 +312,40 @@ class Storm:
         self.asked[n] = said
 
 
+def laps(n: int) -> int:
+    # Most are short; one in ten runs long enough for the watch to find it.
+    return 100 if n % 10 == 0 else 8
+
+
+@pytest.mark.parametrize("executor", ["threads", "asyncio"])
 def test_a_storm_of_cancels_ends_each_job_once(
         config: Config, r: redis.Redis, define: Callable[..., Any],
-        launch_with: Callable[..., Launcher]) -> None:
+        launch_with: Callable[..., Launcher], executor: str) -> None:
     def brief(n: int) -> None:
         try:
-            # Most are short; one in ten runs long enough for the watch to find it.
-            for _ in range(100 if n % 10 == 0 else 8):
+            for _ in range(laps(n)):
                 time.sleep(0.01)
             r.rpush("done", str(n))
         except wurk.JobCancelled:
             r.rpush("saw", str(n))
             raise
 
-    job = define(brief)
+    async def abrief(n: int) -> None:
+        try:
+            for _ in range(laps(n)):
+                await asyncio.sleep(0.01)
+            r.rpush("done", str(n))
+        except asyncio.CancelledError:
+            r.rpush("saw", str(n))
+            raise
+
+    job = define(brief if executor == "threads" else abrief)
     with capture_logs() as logs:
         jids = {str(n): push(config, job.name, n) for n in range(STORM)}
         of = {jid: n for n, jid in jids.items()}
         storm = Storm(config, jids)
         storm.thread.start()
-        launcher = launch_with(dataclasses.replace(config, concurrency=5))
+        launcher = launch_with(dataclasses.replace(config, concurrency=5, executor=executor))
 
         def settled() -> bool:
             ended = r.llen("done") + len(events(logs, "job.cancelled"))
