@@ -410,6 +410,13 @@ def stuck(n):
     _r.rpush("atk:started", str(n))
     select.select([], [], [], 90)  # one C call: no exception lands inside it
     _r.rpush("done", str(n))
+
+
+@wurk.job(name="atk_astuck")
+async def astuck(n):
+    _r.rpush("atk:started", str(n))
+    select.select([], [], [], 90)  # blocks its event loop: no cancel reaches the task
+    _r.rpush("done", str(n))
 '''
 
 
@@ -463,3 +470,18 @@ def test_kill_of_a_job_stuck_in_c_recycles_a_max_jobs_process(
     assert r.llen("queue:default") == 0 and r.zcard(keys.RETRY) == 0
     assert not [e for e in first.events() + second.events()
                 if e.get("event") in ("job.retry", "job.dead", "job.fail")]
+
+
+@pytest.mark.usefixtures("attack_jobs")
+def test_kill_of_an_async_job_blocking_its_loop_recycles_the_process(
+        config: Config, r: redis.Redis, spawn: Callable[..., Worker]) -> None:
+    worker = spawn("-r", "attackjobs", "--log-level", "info", WURK_EXECUTOR="asyncio",
+                   WURK_SHUTDOWN_TIMEOUT="1")
+    stuck = raw_push(r, "atk_astuck", 1)
+    wait_for(lambda: r.llen("atk:started"), 60, what="the job started")
+    wait_for(lambda: running_here(config, stuck), what="the stuck job in its work")
+    assert cancel(stuck, kill=True, config=config).state == "running"
+    assert worker.wait(EVENTUALLY * 2) == 75, worker.stderr()
+    assert [e["jid"] for e in worker.events() if e.get("event") == "job.cancelled"] == [stuck]
+    assert r.llen("queue:default") == 0 and r.zcard(keys.RETRY) == 0
+    assert r.zcard(keys.DEAD) == 0 and r.llen("done") == 0
