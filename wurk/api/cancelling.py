@@ -10,17 +10,22 @@ Duties:
    from the schedule, the retry set or its queue through the removal script
    (:mod:`wurk.api.removal`: its lock released, its batch counting a job
    that will not run, its result waiters told ``JobCancelled``); else find
-   it in a live process's work (the heartbeat's hash): the process running
-   it reads the marker within a second (``wurk.runtime.cancelling``).
+   it in a live process's work (the heartbeat's hash), or in its reliable
+   fetch private lists, which hold a job from its fetch on, while the work
+   hash shows it only from that process's next beat (up to
+   ``heartbeat_interval`` later): the process running it reads the marker
+   within a second (``wurk.runtime.cancelling``).
 2. Say where it was (:class:`Cancelled`), or raise
    :class:`~wurk.api.errors.JobNotFoundError` for a jid found nowhere. The
-   marker stays then: a job fetched in the instant between the looks, and
-   not yet in its process's work hash, is still cancelled.
+   marker stays then: a job fetched in the instant between the looks (or,
+   without reliable fetch, since its process's last beat) is still cancelled.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from wurk.api import removal
 from wurk.api.errors import JobNotFoundError
@@ -30,7 +35,10 @@ from wurk.api.workers import Workers
 from wurk.redis.runtime import Runtime, runtime_for
 from wurk.settings.config import Config
 from wurk.wire import keys
-from wurk.wire.replies import resolve
+from wurk.wire.replies import resolve, sscan_all, text
+
+if TYPE_CHECKING:
+    from wurk.redis.connection import Conn
 
 __all__ = ["Cancelled", "cancel"]
 # Where a cancelled job was: what the CLI and the JSON say.
@@ -63,6 +71,9 @@ def cancel(jid: str, *, kill: bool = False, config: Config | None = None) -> Can
     for identity, _thread, work in Workers(config=config):
         if work.payload.get("jid") == jid:
             return Cancelled(jid, RUNNING, identity)
+    holder = runtime.pool.run(lambda conn: _fetched(conn, jid), idempotent=True)
+    if holder is not None:
+        return Cancelled(jid, RUNNING, holder)
     raise JobNotFoundError(jid, "the queues, the schedule, the retry set or the running jobs")
 
 
@@ -81,6 +92,27 @@ def _waiting(runtime: Runtime, jid: str, config: Config) -> Cancelled | None:
                 removal.Ending(source, cancelled=True), idempotent=False)[0]:
             return Cancelled(jid, QUEUED, queue.name)
     return None
+
+
+def _fetched(conn: Conn, jid: str) -> str | None:
+    """The live process whose private lists hold ``jid``: fetched there, perhaps
+    since its last beat. Short reads: a private list holds its jobs in flight."""
+    identities = sscan_all(conn, keys.PROCESSES)
+    alive = conn.pipeline([("EXISTS", identity) for identity in identities]) if identities else []
+    for identity, up in zip(identities, alive, strict=True):
+        for queue in sscan_all(conn, keys.wip_queues(identity)) if up else []:
+            for raw in conn.call("LRANGE", keys.wip(identity, queue), 0, -1):
+                if jid in text(raw) and _jid_of(text(raw)) == jid:
+                    return identity
+    return None
+
+
+def _jid_of(raw: str) -> object:
+    try:
+        payload = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    return payload.get("jid") if isinstance(payload, dict) else None
 
 
 def _removed(jobs: SortedSet, jid: str) -> bool:

@@ -29,7 +29,8 @@ Duties:
    seconds) and cancels those found. A marker of "kill" also calls
    ``on_kill`` with the jid (the launcher's: the manager settles the job
    as cancelled now, taking it as the job timer takes a job past its hard
-   limit, and the process recycles, as at a hard timeout).
+   limit, and the process recycles, as at a hard timeout), also for a run
+   a plain cancel fired into before: one stuck in C, never reached by it.
 """
 
 from __future__ import annotations
@@ -254,9 +255,15 @@ class CancelWatch:
         values = self.runtime.pool.call("MGET", *[keys.cancel(jid) for jid in jids],
                                         idempotent=True)
         for jid, value in zip(jids, values, strict=True):
-            if value is None or not self.step.cancel(jid):
+            if value is None:
                 continue
             kill = value in (b"kill", "kill")
-            log.info("job.cancelling", jid=jid, kill=kill)
+            if self.step.cancel(jid):
+                log.info("job.cancelling", jid=jid, kill=kill)
+            elif not kill:
+                continue
+            # Also when a plain cancel fired before: the person saw the job go on
+            # (stuck in C) and asked again with --kill. A run already taken is not
+            # taken twice (the crew's kill takes a slot once).
             if kill and self.on_kill is not None:
                 self.on_kill(jid)
