@@ -35,8 +35,8 @@ from waiting import EVENTUALLY, wait_for
 import wurk
 from wurk.api import JobNotFoundError, cancel
 from wurk.push.client import Client
-from wurk.push.results import wait
 from wurk.redis.runtime import close_runtime
+from wurk.results.client import wait
 from wurk.runtime.launcher import Launcher
 from wurk.settings.config import Config
 from wurk.wire import keys

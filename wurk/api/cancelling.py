@@ -41,6 +41,10 @@ if TYPE_CHECKING:
     from wurk.redis.connection import Conn
 
 __all__ = ["Cancelled", "cancel"]
+# The most entries read of one private list: it holds a process's jobs in
+# flight from that queue (at most its concurrency), so a longer one is not
+# read whole on a person's behalf.
+IN_FLIGHT_READ = 1000
 # Where a cancelled job was: what the CLI and the JSON say.
 QUEUED, SCHEDULED, RETRY, RUNNING = "queued", "scheduled", "retry", "running"
 
@@ -101,7 +105,7 @@ def _fetched(conn: Conn, jid: str) -> str | None:
     alive = conn.pipeline([("EXISTS", identity) for identity in identities]) if identities else []
     for identity, up in zip(identities, alive, strict=True):
         for queue in sscan_all(conn, keys.wip_queues(identity)) if up else []:
-            for raw in conn.call("LRANGE", keys.wip(identity, queue), 0, -1):
+            for raw in conn.call("LRANGE", keys.wip(identity, queue), 0, IN_FLIGHT_READ - 1):
                 if jid in text(raw) and _jid_of(text(raw)) == jid:
                     return identity
     return None
