@@ -213,15 +213,21 @@ class Launcher:
         process ran its ``max_jobs``: stop as
         a TERM would, so the other running jobs finish or go back, and a fresh
         process takes over (the owner says how). Only the first request stops."""
-        if reason in (HARD_TIMEOUT, CANCEL_KILL):
+        overrun = reason in (HARD_TIMEOUT, CANCEL_KILL)
+        if overrun:
             self.overran.set()
         with self._recycle_lock:
-            if self.recycled is not None:
-                return
-            self.recycled = reason
-        if reason in (HARD_TIMEOUT, CANCEL_KILL):
-            log.warning("launcher.recycling", identity=self.identity, reason=reason)
-        else:
+            first = self.recycled is None
+            if first:
+                self.recycled = reason
+        if overrun:
+            # Said even when an earlier request (max_jobs) is already stopping
+            # the process: an operator looks for why a job was taken.
+            log.warning("launcher.recycling", identity=self.identity, reason=reason,
+                        **({} if first else {"already": self.recycled}))
+        if not first:
+            return
+        if not overrun:
             log.info("launcher.recycling", identity=self.identity, reason=reason,
                      jobs=self.job_limit)
             # At once, on the thread whose job reached the limit: no thread takes
