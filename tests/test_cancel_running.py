@@ -237,3 +237,31 @@ def test_the_busy_page_cancels_a_running_job(
         cancelled_cleanly(config, r, job.name, jid, logs)
         gone = web.post("/busy/cancel", data={"csrf": csrf.group(1), "jid": "f" * 24})
         assert gone.status_code == 404
+
+
+def test_a_served_marker_is_gone_so_a_job_pushed_again_with_its_jid_runs(
+        config: Config, r: redis.Redis, define: Callable[..., Any],
+        launch: Callable[..., Launcher]) -> None:
+    started = threading.Event()
+
+    def once_stuck(n: int) -> None:
+        if n == 1:
+            started.set()
+            for _ in range(1200):  # a minute, one short C call at a time
+                time.sleep(0.05)
+        r.rpush("finished", n)
+
+    job = define(once_stuck)
+    launch()
+    client = Client(config)
+    with capture_logs() as logs:
+        jid = client.push({"class": job.name, "args": [1]})
+        assert jid is not None and started.wait(20)
+        visible(config, jid)
+        assert cancel(jid, config=config).state == "running"
+        wait_for(lambda: [e for e in logs if e["event"] == "job.cancelled"], what="job.cancelled")
+        wait_for(lambda: not r.exists(keys.cancel(jid)), what="the served marker deleted")
+        # An application that names its own jobs pushes the same jid again.
+        assert client.push({"class": job.name, "args": [2], "jid": jid}) == jid
+        wait_for(lambda: r.lrange("finished", 0, -1) == ["2"], what="the new job done")
+    assert [e["jid"] for e in logs if e["event"] == "job.cancelled"] == [jid]

@@ -18,15 +18,16 @@ Duties:
    cancel the task the thread waits on (``event_loop.cancel``), or, for a
    native asyncio job, its own task (its CancelledError is turned into
    JobCancelled here, unless a stop took the job). Once per run, and never
-   into the next job: a lane's run begins and ends under the lock the cancel
-   fires under, and a JobCancelled still pending at the end is taken and
+   into the next job: a lane's run ends under the lock the cancel fires
+   under, and a JobCancelled still pending at the end is taken and
    dropped (or becomes the run's failure: it did run until cancelled); a
    task's cancel is made on its loop, where the run's end is marked. The
    lifecycle settles a JobCancelled as the "cancelled" ending
    (``wurk.runtime.lifecycle``).
 3. :class:`CancelWatch`: a thread that, while the process runs any job,
    reads the markers of the jids it runs (one MGET each :data:`POLL`
-   seconds) and cancels those found. A marker of "kill" also calls
+   seconds), cancels those found, and deletes the markers it served (a
+   later job pushed with the same jid runs). A marker of "kill" also calls
    ``on_kill`` with the jid (the launcher's: the manager settles the job
    as cancelled now, taking it as the job timer takes a job past its hard
    limit, and the process recycles, as at a hard timeout), also for a run
@@ -51,6 +52,7 @@ from wurk.runtime import event_loop
 from wurk.runtime.job_timer import raise_in
 from wurk.runtime.lifecycle.step import AsyncCall, Call, Run, Step
 from wurk.wire import keys
+from wurk.wire.lua import UNIQUE_RELEASE  # compare-and-delete: for markers here too
 
 if TYPE_CHECKING:
     from wurk.redis.runtime import Runtime
@@ -254,6 +256,7 @@ class CancelWatch:
             return  # an idle process costs Redis nothing
         values = self.runtime.pool.call("MGET", *[keys.cancel(jid) for jid in jids],
                                         idempotent=True)
+        served: list[tuple[str, Any]] = []
         for jid, value in zip(jids, values, strict=True):
             if value is None:
                 continue
@@ -267,3 +270,11 @@ class CancelWatch:
             # taken twice (the crew's kill takes a slot once).
             if kill and self.on_kill is not None:
                 self.on_kill(jid)
+            served.append((jid, value))
+        if served:
+            # A marker served is gone, so a later job pushed with the same jid
+            # (an application's own ids) runs; only if unchanged, so a --kill
+            # written meanwhile over a plain cancel stays for the next look.
+            marked = [keys.cancel(jid) for jid, _ in served]
+            self.runtime.pool.run(lambda c: UNIQUE_RELEASE.run(
+                c, marked, [value for _, value in served]), idempotent=True)
