@@ -169,3 +169,38 @@ def test_a_cancel_that_reaches_the_loop_after_its_task_ended_is_dropped() -> Non
         assert loop.run_until_complete(runs()) == ["first", "second"]
     finally:
         loop.close()
+
+
+def test_after_a_cancelled_run_its_thread_reads_no_cancel_outside_a_run() -> None:
+    # The lane's flag stays the thread's CURRENT between runs: what the thread
+    # does next, outside a run (or in a run the step does not track, one
+    # without a jid), must not read the last run's cancel.
+    step = CancelStep()
+    seen: list[bool] = []
+    started, fired = threading.Event(), threading.Event()
+
+    def cancelled_run() -> BaseException | None:
+        started.set()
+        try:
+            fired.wait(EVENTUALLY)
+            while True:  # until the JobCancelled lands
+                pass
+        except JobCancelled as failure:
+            return failure
+
+    def untracked_run() -> None:
+        seen.append(wurk.cancelled())
+
+    def worker() -> None:
+        assert isinstance(step.around(as_run("first"), cancelled_run)(), JobCancelled)
+        seen.append(wurk.cancelled())
+        step.around(SimpleNamespace(jid=None, slot="slot-0", work=object()), untracked_run)()
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    assert started.wait(EVENTUALLY)
+    assert step.cancel("first") == 1
+    fired.set()
+    thread.join(EVENTUALLY)
+    assert not thread.is_alive()
+    assert seen == [False, False]

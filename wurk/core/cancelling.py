@@ -17,7 +17,7 @@ __all__ = ["CURRENT", "Flag", "cancelled"]
 class Flag:
     """A run's cancel request, set by the process's cancel watcher.
 
-    A worker thread keeps one for all its runs (cleared as each begins); an
+    A worker thread keeps one for all its runs (cleared as each begins and ends); an
     asyncio run has its own. A plain attribute, not an Event: a cancel is rare,
     and setting it from another thread is one store, which a reader sees at once."""
 

@@ -113,6 +113,11 @@ class Lane:
                 return
             self.jid = self.work = None
             fired = self.fired
+            # The flag stays the thread's CURRENT between runs: what the thread
+            # runs next outside a run (one without a jid) must read no cancel.
+            # A store, not a call: no bytecode here where a pending
+            # JobCancelled could land, or the GIL pass, with the lock held.
+            self.flag._set = False
         if fired:
             with contextlib.suppress(JobCancelled):
                 _landing()
