@@ -4,6 +4,7 @@ statuses of real forked processes that crashed, were killed or exited."""
 from __future__ import annotations
 
 import ctypes
+import faulthandler
 import os
 import signal
 from collections.abc import Callable
@@ -21,6 +22,8 @@ def status_of(end: Callable[[], object]) -> int:
     pid = os.fork()
     if pid == 0:
         try:
+            # pytest's fault handler would print the child's crash as if the suite's.
+            faulthandler.disable()
             os.setpgid(0, 0)  # a signal aimed at it reaches nothing else
             end()
         finally:

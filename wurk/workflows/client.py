@@ -333,11 +333,12 @@ def _maybe_finish(client: Client, wid: str, flow: dict[str, Any]) -> None:
         return  # released, about to be launched
     failed = any(v == "death" for v in ends.values())
     state = "stopped" if stopped else "failed" if failed else "succeeded"
+    # The state before finished_at: a reader that sees the workflow finished sees
+    # how it ended. Written by every call, not only the first: the state follows
+    # from the ends, so a rerun after a crash between the two still records both.
+    client.pool.call("HSET", keys.key(wid), "state", state, idempotent=True)
     first = client.pool.call("HSETNX", keys.key(wid), "finished_at", f"{time.time():.6f}",
                              idempotent=True)
-    # Written by every call, not only the first: the state follows from the ends, so a
-    # rerun after a crash between the HSETNX and here still records it.
-    client.pool.call("HSET", keys.key(wid), "state", state, idempotent=True)
     linger = _linger(client, wid)
     for name in keys.all_keys(wid):
         client.pool.call("EXPIRE", name, linger, idempotent=True)
