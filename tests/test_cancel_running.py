@@ -64,6 +64,15 @@ def cancelled_cleanly(config: Config, r: redis.Redis, name: str, jid: str,
     assert not [e for e in logs if e["event"] in ("job.fail", "job.retry", "job.dead")]
 
 
+def sleeper_until_cancelled(started: threading.Event) -> Callable[[int], None]:
+    """A job that sets ``started`` and sleeps a minute, one short C call at a time."""
+    def sleeper(n: int) -> None:
+        started.set()
+        for _ in range(1200):
+            time.sleep(0.05)
+    return sleeper
+
+
 def test_a_sleeping_thread_job_is_cancelled_from_another_client(
         config: Config, r: redis.Redis, define: Callable[..., Any],
         launch: Callable[..., Launcher]) -> None:
@@ -190,15 +199,10 @@ def test_a_cancelled_running_batch_job_counts_as_a_death(
         launch: Callable[..., Launcher]) -> None:
     started = threading.Event()
 
-    def sleeper(n: int) -> None:
-        started.set()
-        for _ in range(1200):
-            time.sleep(0.05)
-
     def noop(*args: Any) -> None:
         return None
 
-    job, callback = define(sleeper), define(noop)
+    job, callback = define(sleeper_until_cancelled(started)), define(noop)
     with wurk.Batch("cancels", on_complete=(callback, []), on_success=(callback, [])) as b:
         jid = b.add(job, 1)
     launch()
@@ -216,13 +220,7 @@ def test_the_busy_page_cancels_a_running_job(
         config: Config, r: redis.Redis, define: Callable[..., Any],
         launch: Callable[..., Launcher]) -> None:
     started = threading.Event()
-
-    def sleeper(n: int) -> None:
-        started.set()
-        for _ in range(1200):
-            time.sleep(0.05)
-
-    job = define(sleeper)
+    job = define(sleeper_until_cancelled(started))
     launch()
     with TestClient(wurk.web.app(config)) as web, capture_logs() as logs:
         jid = push(config, job.name)
