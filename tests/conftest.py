@@ -19,7 +19,9 @@ import pytest
 import pytest_timeout
 import redis
 import structlog
+from failure_logs import tails
 from faultproxy import FaultProxy
+from leaks import marking, survivors
 from waiting import PATIENCE
 
 import wurk
@@ -46,6 +48,15 @@ def pytest_timeout_set_timer(item: pytest.Item, settings: Any) -> object:
         return None
     stretched = settings._replace(timeout=settings.timeout * PATIENCE)
     return pytest_timeout.pytest_timeout_set_timer(item, stretched)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """A failed test's report carries the tails of its processes' logs."""
+    report = yield
+    if report.when == "call" and report.failed:
+        report.sections.extend(tails(item))
+    return report
 
 
 def free_port() -> int:
@@ -188,6 +199,22 @@ def define() -> Iterator[Callable[..., JobFunction[..., Any]]]:
     yield register
     for name in names:
         wurk.registry.discard(name)
+
+
+@pytest.fixture(autouse=True)
+def _no_process_left(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A process a test started and left running is killed, and the test errors.
+
+    Set up before the test's other function fixtures, so it checks after all
+    of them have torn down (and stopped what they started).
+    """
+    mark = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    with marking(mark):
+        yield
+    left = survivors(mark, grace=15 * PATIENCE)
+    if left:
+        pytest.fail(f"{request.node.nodeid} left {len(left)} process(es) running, "
+                    f"now killed: {left}", pytrace=False)
 
 
 @pytest.fixture(autouse=True)

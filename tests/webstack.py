@@ -22,6 +22,7 @@ from typing import Any
 
 import redis
 from conftest import RedisServer, start_redis
+from leaks import unmarked_env
 from webpages import seed
 
 import wurk
@@ -98,7 +99,8 @@ class Stack:
         proc = subprocess.Popen(
             [str(BIN / "wurk"), "web", "--port", "0", "--poll", "1",
              "--redis-url", self.redis.url, *args],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            env=unmarked_env())  # the stack stops it, not the test that asked
         self.procs.append(proc)
         assert proc.stdout is not None
         line = proc.stdout.readline()
