@@ -35,9 +35,11 @@ def test_a_swarm_slot_recycles_its_children_by_count_and_loses_nothing(
     tags = collections.Counter(int(tag) for tag, _ in runs)
     assert sorted(tags) == list(range(jobs)) and set(tags.values()) == {1}
     by_pid = collections.Counter(int(pid) for _, pid in runs)
-    # One thread each: a child stops fetching as its 4th job ends, so it
-    # took a child per 4 jobs.
-    assert max(by_pid.values()) <= limit and len(by_pid) == jobs // limit, by_pid
+    # One thread each: a child stops fetching as its 4th job ends, so every
+    # child ran 4 but the two alive at the end, which may have split the
+    # last jobs between them (3 and 1, say).
+    short = [pid for pid, ran in by_pid.items() if ran < limit]
+    assert max(by_pid.values()) <= limit and len(short) <= 2, by_pid
     # The children that left did so on their own, after their jobs, with exit 0.
     wait_for(lambda: all(gone(pid) for pid in first), 30, what="first children recycled")
     exits = {e["pid"]: e for e in swarm.events("child.exited")}
