@@ -140,6 +140,7 @@ def test_a_swarm_child_stores_the_result(
     assert {v["pid"] for v in values} <= children
 
 
+@pytest.mark.timeout(150)  # the waits below, which the guard must outlast
 def test_a_job_recovered_after_sigkill_stores_its_result_once(
         r: redis.Redis, config: Config, spawn: Callable[..., Worker]) -> None:
     client = Client(config)
@@ -147,7 +148,10 @@ def test_a_job_recovered_after_sigkill_stores_its_result_once(
     first = spawn()
     jid = push(client, "res_hang", "k", result_ttl=300)
     got: list[Any] = []
-    waiter = threading.Thread(target=lambda: got.append(wurk.result(jid, timeout=40)))
+    # Two worker boots, a kill and a recovery: on a loaded machine each boot
+    # alone can take seconds, so the wait spans them all with room to spare.
+    across = 3 * EVENTUALLY
+    waiter = threading.Thread(target=lambda: got.append(wurk.result(jid, timeout=across)))
     waiter.start()  # waits across the kill and the recovery
     wait_for(lambda: r.llen("res:started") == 1 or not first.alive(), timeout=15)
     assert first.alive(), first.stderr()
@@ -159,7 +163,7 @@ def test_a_job_recovered_after_sigkill_stores_its_result_once(
     recover(runtime_for(config), identity)  # what the reaper or the swarm parent does
     r.delete("res:hang")
     second = spawn()
-    waiter.join(40)
+    waiter.join(across)
     assert second.alive(), second.stderr()
     assert got == [{"tag": "k", "run": 2}]  # the recovered run's, the only one stored
     assert r.get("res:runs") == "2"
