@@ -429,3 +429,36 @@ def test_plain_successes_settle_on_the_loop_and_the_rest_on_bookkeeping(
     assert [wurk.result(jid, timeout=10) for jid in kept_jids] == [n * n for n in range(20)]
     assert unique_job.perform_async(1) is not None
     assert int(rb.get("stat:failed") or 0) == 0
+
+
+def test_a_stop_waits_for_an_ack_in_flight_so_a_done_job_is_not_pushed_back(
+        aio_config: Config, launch_with: Launch, define: Define, r: redis.Redis,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from wurk.runtime import private_lists as lists
+
+    real = lists.settle
+    sending = threading.Event()
+
+    def slow_settle(*args: Any, **kwargs: Any) -> None:
+        # The bookkeeping pool's ack, caught in flight as the stop begins.
+        sending.set()
+        time.sleep(0.5)
+        real(*args, **kwargs)
+
+    monkeypatch.setattr(lists, "settle", slow_settle)
+
+    async def job() -> None:
+        # Long enough for the fetcher to block on the empty queue: the ack is
+        # then sent at once, by the bookkeeping pool, not with the next claim.
+        await asyncio.sleep(1)
+        r.rpush("ack:done", "1")
+
+    registered = define(job)
+    launcher = launch_with(aio_config)
+    registered.perform_async()
+    wait_for(lambda: r.llen("ack:done") == 1)
+    assert sending.wait(10)
+    launcher.stop(time.monotonic() + 5)
+    # The release found the job acknowledged: nothing went back to run again.
+    assert r.llen("queue:default") == 0
+    assert not any(r.llen(k) for k in r.keys("wurk:wip:*"))

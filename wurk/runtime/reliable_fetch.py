@@ -132,6 +132,13 @@ class ReliableFetch:
             unstarted = self._handover.take_all() + ([self._landed] if self._landed else [])
             self._landed = None
         self._flush_acks()
+        # An ack another thread is sending now (the event loop's bookkeeping
+        # pool sends them while the fetcher blocks) must land before the
+        # launcher releases the private lists, or the release pushes a
+        # finished job back and it runs again.
+        with self._lock:
+            self._wake.wait_for(lambda: not self._flushing, self.runtime.pool.deadline.clip(
+                self.config.redis_read_timeout + 1))
         self._give_back(unstarted)
 
     # -- the processor side ---------------------------------------------------
