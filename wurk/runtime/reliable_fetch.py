@@ -2,17 +2,15 @@
 
 Duties (docs/explanation/internals.md walks through them step by step; the
 round trips themselves are wurk.runtime.private_lists):
-1. One fetcher thread claims a job for each processor thread waiting with
-   none on its way, all in one round trip (CLAIM moves them from their
-   queue to this process's private list; pending acks ride along). A
-   process never holds more jobs than threads. With every queue empty it
-   blocks on BRPOPLPUSH; the job that lands waits for the next CLAIM to
-   check it (at maxmemory, where Redis refuses the move, it polls with
-   claims). Anything the loop raises is logged (``fetch.error``) and the
+1. One fetcher thread claims a job for each processor thread waiting with none on its
+   way, all in one round trip (CLAIM moves them from their queue to this process's
+   private list; pending acks ride along). A process never holds more jobs than
+   threads. With every queue empty it blocks on BRPOPLPUSH; the job that lands waits
+   for the next CLAIM to check it (at maxmemory, where Redis refuses the move, it
+   polls with claims). Anything the loop raises is logged (``fetch.error``) and the
    loop goes on after a pause, under :mod:`wurk.core.threads`.
-2. Suspects (jobs recovered from a dead process, see wurk.runtime.reaper)
-   run alone: CLAIM hands one only to a process that holds nothing else,
-   and while one runs or waits for us, we claim nothing else.
+2. Suspects (jobs recovered from a dead process, wurk.runtime.reaper) run alone: CLAIM
+   hands one only to a process that holds nothing else; while one runs or waits, we claim none.
 3. ``acknowledge`` removes a finished job from the private list and retires
    its poison-pill counter and suspect mark, batched with the next claim or
    sent at once while the fetcher blocks, and never held past ACK_DELAY
@@ -20,9 +18,8 @@ round trips themselves are wurk.runtime.private_lists):
    A failed job is never acknowledged: ``settle`` removes its copy and
    writes its retry or dead entry in one script (``wurk.runtime.settle``).
 4. ``requeue`` gives unfinished jobs back to their queues (REQUEUE script).
-5. After a disruption of the pool (a lost claim reply, a failover, a
-   restarted Redis), ``resync`` gives back what sits in our private lists
-   that we do not know we hold.
+5. After a disruption of the pool (a lost claim reply, a failover, a restarted Redis),
+   ``resync`` gives back what sits in our private lists that we do not know we hold.
 6. A claimed job carries the data epoch known before its claim (wurk.runtime.epoch);
    after a data loss we register as owner again before the next blocking move.
 """
@@ -132,13 +129,9 @@ class ReliableFetch:
             unstarted = self._handover.take_all() + ([self._landed] if self._landed else [])
             self._landed = None
         self._flush_acks()
-        # An ack another thread is sending now (the event loop's bookkeeping
-        # pool sends them while the fetcher blocks) must land before the
-        # launcher releases the private lists, or the release pushes a
-        # finished job back and it runs again.
-        with self._lock:
-            self._wake.wait_for(lambda: not self._flushing, self.runtime.pool.deadline.clip(
-                self.config.redis_read_timeout + 1))
+        with self._lock:  # an ack in flight must land before the lists are released
+            self._wake.wait_for(lambda: not self._flushing,
+                                self.runtime.pool.deadline.clip(self.config.redis_read_timeout + 1))
         self._give_back(unstarted)
 
     # -- the processor side ---------------------------------------------------
