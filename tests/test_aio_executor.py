@@ -447,14 +447,22 @@ def test_a_stop_waits_for_an_ack_in_flight_so_a_done_job_is_not_pushed_back(
 
     monkeypatch.setattr(lists, "settle", slow_settle)
 
+    def fetcher_blocks() -> bool:
+        # Blocked now ("b"), not a connection whose last command was one.
+        return any(c.get("cmd") == "brpoplpush" and "b" in c.get("flags", "")
+                   for c in r.client_list())
+
     async def job() -> None:
-        # Long enough for the fetcher to block on the empty queue: the ack is
-        # then sent at once, by the bookkeeping pool, not with the next claim.
-        await asyncio.sleep(1)
+        # Ends once the fetcher blocks on the empty queue: the ack is then sent
+        # at once, by the bookkeeping pool, not with the next claim.
+        while not fetcher_blocks():
+            await asyncio.sleep(0.01)
         r.rpush("ack:done", "1")
 
     registered = define(job)
-    launcher = launch_with(aio_config)
+    # A long block, so the fetcher is still in it when the job ends (a stop
+    # ends it at once).
+    launcher = launch_with(dataclasses.replace(aio_config, fetch_timeout=30))
     registered.perform_async()
     wait_for(lambda: r.llen("ack:done") == 1)
     assert sending.wait(10)
