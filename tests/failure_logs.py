@@ -20,9 +20,8 @@ def tails(item: pytest.Item) -> list[tuple[str, str]]:
     tmp = getattr(item, "funcargs", {}).get("tmp_path")
     if not isinstance(tmp, Path):
         return []
-    logs = sorted(tmp.rglob("*.log"), key=lambda p: p.stat().st_mtime)[-FILES:]
     sections = []
-    for path in logs:
+    for path in sorted(tmp.rglob("*.log"))[-FILES:]:
         try:
             lines = path.read_text(errors="replace").splitlines()[-LINES:]
         except OSError:
