@@ -167,6 +167,7 @@ def test_spool_shows_jobs_discards_and_pushes(page: Any, stack: Stack, tmp_path:
     page.goto(url + "/spool")
     assert "machine running this dashboard" in page.locator("main").inner_text()
     page.get_by_role("link", name=drop.name).click()
+    page.wait_for_load_state()  # count() reads the page as it is: let the new one load
     assert page.locator("tbody tr").count() == 4 and "Doomed" in page.locator("tbody").inner_text()
     page.go_back()
     page.locator("tr", has_text=drop.name).get_by_role("button", name="Discard").click()
@@ -183,21 +184,27 @@ def test_batches_list_detail_child_and_workflow_steps(page: Any, stack: Stack) -
     seeded = stack.batches  # type: ignore[attr-defined]
     page.goto(stack.url + "/")
     page.get_by_role("link", name="Batches", exact=True).click()
+    page.wait_for_load_state()
     table = page.locator("table.batches")
     row = table.locator("tr", has_text="nightly import 42")
     assert "complete" in row.inner_text() and "6 / 8" in row.inner_text()
     assert "abandoned" in table.locator("tr", has_text="left open").inner_text()
     row.get_by_role("link").first.click()
+    page.wait_for_load_state()
     assert seeded["nightly"] in page.locator("h1").inner_text()
     failures = page.locator("#batch-failures tbody tr")
     assert failures.count() == 2 and "ValueError" in failures.first.inner_text()
     assert "<img src=x" in failures.first.inner_text()  # shown as text, never as markup
     page.locator("#batch-children a").click()
+    page.wait_for_load_state()
     assert seeded["child"] in page.locator("h1").inner_text()
     page.locator("#batch-info").get_by_role("link", name=seeded["nightly"]).click()
+    page.wait_for_load_state()
     assert seeded["nightly"] in page.locator("h1").inner_text()
     page.get_by_role("link", name="Workflows", exact=True).click()
+    page.wait_for_load_state()
     page.locator("table.workflows").get_by_role("link", name=seeded["workflow"]).click()
+    page.wait_for_load_state()
     steps = page.locator("#workflow-steps tbody tr").all_inner_texts()
     assert [s.split("\t")[0] for s in steps] == ["FetchFeed", "parse", "report"]
     assert "succeeded" in steps[0] and "failed" in steps[1] and "KeyError" in steps[1]
@@ -205,6 +212,7 @@ def test_batches_list_detail_child_and_workflow_steps(page: Any, stack: Stack) -
     page.screenshot(path=str(Path(os.environ.get("WURK_SHOTS", "/tmp")) / "workflow.png"),
                     full_page=True)
     page.locator("#workflow-steps").get_by_role("link").nth(1).click()
+    page.wait_for_load_state()
     assert "Batch" in page.locator("h1").inner_text() and "KeyError" in fresh(page)
     assert page.evaluate("window.__pwned") is None
 
